@@ -1,0 +1,1 @@
+"""NumPy float64 references of every kernel: the definition each kernel is tested against."""

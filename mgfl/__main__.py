@@ -1,0 +1,3 @@
+from mgfl.cli import main
+
+main()

@@ -1,0 +1,22 @@
+"""Turns the library's expected errors into one clear line and a non-zero exit."""
+
+from __future__ import annotations
+
+import contextlib
+
+import typer
+from rich.console import Console
+
+err_console = Console(stderr=True)
+
+
+@contextlib.contextmanager
+def user_errors():
+    """Errors that mean 'bad input or environment' are printed without a traceback."""
+    from client_runtime.device import DeviceNotFoundError, NoOpenCLDeviceError
+
+    try:
+        yield
+    except (NoOpenCLDeviceError, DeviceNotFoundError, ValueError, FileNotFoundError) as err:
+        err_console.print(f"[bold red]error:[/] {err}")
+        raise typer.Exit(2) from err

@@ -1,0 +1,36 @@
+"""Fixtures shared by the whole suite: one opened OpenCL device per session, seeded randomness."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+UNDER_OCLGRIND = os.environ.get("MGFL_UNDER_OCLGRIND") == "1"
+
+
+@pytest.fixture(scope="session")
+def device(tmp_path_factory):
+    """The device named by MGFL_DEVICE (default: the preferred one), with a private program cache."""
+    os.environ.setdefault("MGFL_CACHE_DIR", str(tmp_path_factory.mktemp("mgfl-cache")))
+    from client_runtime.device import Device
+
+    return Device.open()
+
+
+@pytest.fixture(scope="session")
+def lib(device):
+    return device.kernels
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded from the test's name: reproducible, different per test."""
+    return np.random.default_rng(_stable_seed(request.node.nodeid))
+
+
+def _stable_seed(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode())

@@ -1,0 +1,60 @@
+"""Element-wise kernels against their float64 references and finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels import elementwise
+from kernels.launch import run
+from kernels.reference import elementwise as ref
+from tests.kernels.conftest import assert_close, numeric_grad, odd_sizes, scale
+
+
+@pytest.mark.parametrize("kind", ["relu", "relu6"])
+def test_activation_forward_and_backward_match_reference(device, lib, bufs, rng, kind):
+    for n in odd_sizes(rng, 3, 1, scale(5000, 300)):
+        x = rng.normal(0, 4, n).astype(np.float32)
+        dy = rng.normal(size=n).astype(np.float32)
+        bx, by, bdy, bdx = bufs.up(x), bufs.empty(n), bufs.up(dy), bufs.empty(n)
+        run(device.queue, [elementwise.activation_forward(lib, kind, bx, by, n)])
+        y = bufs.down(by, n)
+        assert_close(y, ref.activation_forward(kind, x))
+        run(device.queue, [elementwise.activation_backward(lib, kind, by, bdy, bdx, n)])
+        assert_close(bufs.down(bdx, n), ref.activation_backward(kind, y, dy))
+
+
+@pytest.mark.parametrize("kind", ["relu", "relu6"])
+def test_activation_backward_matches_finite_differences(device, lib, bufs, rng, kind):
+    n = 23
+    x = rng.normal(0, 4, n)
+    x[np.abs(x) < 0.05] += 0.2  # keep clear of the kinks, where the derivative is undefined
+    x[np.abs(x - 6) < 0.05] += 0.2
+    w = rng.normal(size=n)
+    numeric = numeric_grad(lambda v: float(np.sum(ref.activation_forward(kind, v) * w)), x)
+    by, bdx = bufs.empty(n), bufs.empty(n)
+    run(device.queue, [
+        elementwise.activation_forward(lib, kind, bufs.up(x), by, n),
+        elementwise.activation_backward(lib, kind, by, bufs.up(w), bdx, n),
+    ])
+    assert_close(bufs.down(bdx, n), numeric, rtol=2e-3)
+
+
+def test_add_accumulate_copy_fill(device, lib, bufs, rng):
+    n = odd_sizes(rng, 1, 100, scale(3000, 200))[0]
+    a, b = rng.normal(size=n).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    ba, bb, bo = bufs.up(a), bufs.up(b), bufs.empty(n)
+    run(device.queue, [elementwise.add(lib, ba, bb, bo, n)])
+    assert_close(bufs.down(bo, n), a.astype(np.float64) + b)
+    run(device.queue, [elementwise.accumulate(lib, bo, ba, n)])
+    assert_close(bufs.down(bo, n), 2.0 * a + b)
+    bc = bufs.empty(n)
+    run(device.queue, [elementwise.copy(lib, ba, bc, n)])
+    assert_close(bufs.down(bc, n), a)
+    run(device.queue, [elementwise.fill(lib, bc, 2.5, n)])
+    assert np.all(bufs.down(bc, n) == 2.5)
+
+
+def test_unknown_activation_is_a_clear_error(lib, bufs):
+    with pytest.raises(ValueError, match="Unknown activation"):
+        elementwise.activation_forward(lib, "gelu", bufs.empty(1), bufs.empty(1), 1)
