@@ -1,0 +1,170 @@
+"""Launches of batch normalization over (N, C, HW) tensors, training and inference.
+
+A Linear layer's output is the case HW = 1. Training statistics are reduced by one work-group per
+channel, which also writes the normalized output: the forward and the backward are one launch each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl as cl
+
+from kernels.launch import Launch, round_up
+from kernels.library import Defines, KernelLibrary, as_int
+
+PROGRAM = "batchnorm"
+DEFAULT_GROUP = 128
+ELEMENTWISE_GROUP = 64
+
+
+def _group_size(lib: KernelLibrary, defines: Defines) -> int:
+    """The channel work-group size: BN_GROUP if given, else the default within the device limit."""
+    group = int(defines.get("BN_GROUP", min(DEFAULT_GROUP, lib.device.max_work_group_size)))
+    if group < 1 or group & (group - 1) or group > lib.device.max_work_group_size:
+        raise ValueError(
+            f"BN_GROUP={group} must be a power of two no larger than the device's "
+            f"max_work_group_size {lib.device.max_work_group_size}"
+        )
+    return group
+
+
+def _check_shape(n: int, c: int, hw: int) -> None:
+    if min(n, c, hw) < 1:
+        raise ValueError(f"batch norm needs positive sizes, got n={n}, c={c}, hw={hw}")
+    as_int(n * c * hw)
+
+
+def batchnorm_forward_train(
+    lib: KernelLibrary,
+    x: cl.Buffer,
+    gamma: cl.Buffer,
+    beta: cl.Buffer,
+    y: cl.Buffer,
+    mean: cl.Buffer,
+    invstd: cl.Buffer,
+    running_mean: cl.Buffer,
+    running_var: cl.Buffer,
+    *,
+    n: int,
+    c: int,
+    hw: int,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+    defines: Defines | None = None,
+) -> list[Launch]:
+    """Normalize with the batch statistics, save ``mean``/``invstd`` for the backward and update
+    the running statistics (the running variance is the unbiased one, as in PyTorch).
+
+    ``y`` must not alias ``x``: the backward reads the forward input."""
+    _check_shape(n, c, hw)
+    if n * hw < 2:
+        raise ValueError(
+            f"batch norm in training needs more than one value per channel (n={n}, hw={hw}): "
+            "use a larger batch or the evaluation forward"
+        )
+    defines = dict(defines or {})
+    group = _group_size(lib, defines)
+    defines["BN_GROUP"] = group
+    kernel = lib.kernel(PROGRAM, "batchnorm_forward_train", defines)
+    buffers = [x, gamma, beta, y, mean, invstd, running_mean, running_var]
+    kernel.set_args(
+        *buffers, as_int(n), as_int(c), as_int(hw), np.float32(momentum), np.float32(eps)
+    )
+    total = n * c * hw
+    return [
+        Launch(
+            "batchnorm_forward_train",
+            kernel,
+            (c * group,),
+            (group,),
+            flops=7 * total + 12 * c,
+            bytes_moved=16 * total + 32 * c,
+            keep_alive=buffers,
+        )
+    ]
+
+
+def batchnorm_forward_eval(
+    lib: KernelLibrary,
+    x: cl.Buffer,
+    gamma: cl.Buffer,
+    beta: cl.Buffer,
+    y: cl.Buffer,
+    running_mean: cl.Buffer,
+    running_var: cl.Buffer,
+    *,
+    n: int,
+    c: int,
+    hw: int,
+    eps: float = 1e-5,
+) -> list[Launch]:
+    """Normalize with the running statistics; ``y`` may alias ``x``."""
+    _check_shape(n, c, hw)
+    kernel = lib.kernel(PROGRAM, "batchnorm_forward_eval")
+    buffers = [x, gamma, beta, y, running_mean, running_var]
+    kernel.set_args(*buffers, as_int(n), as_int(c), as_int(hw), np.float32(eps))
+    total = n * c * hw
+    return [
+        Launch(
+            "batchnorm_forward_eval",
+            kernel,
+            (round_up(total, ELEMENTWISE_GROUP),),
+            (ELEMENTWISE_GROUP,),
+            flops=6 * total,
+            bytes_moved=8 * total + 16 * c,
+            keep_alive=buffers,
+        )
+    ]
+
+
+def batchnorm_backward(
+    lib: KernelLibrary,
+    x: cl.Buffer,
+    dy: cl.Buffer,
+    gamma: cl.Buffer,
+    mean: cl.Buffer,
+    invstd: cl.Buffer,
+    dx: cl.Buffer | None,
+    dgamma: cl.Buffer | None,
+    dbeta: cl.Buffer | None,
+    *,
+    n: int,
+    c: int,
+    hw: int,
+    accumulate: bool = False,
+    input_grad: bool = True,
+    defines: Defines | None = None,
+) -> list[Launch]:
+    """Gradients of the training forward from its input ``x`` and saved ``mean``/``invstd``.
+
+    ``dgamma``/``dbeta`` may be None (frozen parameters); ``input_grad=False`` skips ``dx`` (the
+    first layer). ``accumulate`` adds the parameter gradients to what the buffers hold."""
+    _check_shape(n, c, hw)
+    if input_grad and dx is None:
+        raise ValueError("input_grad=True needs a dx buffer")
+    with_dx = input_grad
+    if not (with_dx or dgamma is not None or dbeta is not None):
+        return []
+    defines = dict(defines or {})
+    group = _group_size(lib, defines)
+    defines.update(
+        BN_GROUP=group,
+        WITH_DX=int(with_dx),
+        WITH_DGAMMA=int(dgamma is not None),
+        WITH_DBETA=int(dbeta is not None),
+    )
+    kernel = lib.kernel(PROGRAM, "batchnorm_backward", defines)
+    bound = [x, dy, gamma, mean, invstd, dx if with_dx else None, dgamma, dbeta]
+    kernel.set_args(*bound, as_int(n), as_int(c), as_int(hw), as_int(int(accumulate)))
+    total = n * c * hw
+    return [
+        Launch(
+            "batchnorm_backward",
+            kernel,
+            (c * group,),
+            (group,),
+            flops=(5 + (6 if with_dx else 0)) * total + 8 * c,
+            bytes_moved=(8 + (12 if with_dx else 0)) * total + 32 * c,
+            keep_alive=[b for b in bound if b is not None],
+        )
+    ]

@@ -1,0 +1,155 @@
+"""Batch-normalization kernels against their float64 references and finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels import batchnorm
+from kernels.launch import run
+from kernels.reference import batchnorm as ref
+from tests.kernels.conftest import assert_close, numeric_grad, odd_sizes, scale
+
+
+def _shapes(rng) -> list[tuple[int, int, int]]:
+    """Odd random shapes, plus a Linear output (HW = 1), a single sample and a single channel."""
+    highs = (scale(12, 6), scale(70, 8), scale(60, 8))
+    n, c, hw = (odd_sizes(rng, 1, 3, high)[0] for high in highs)
+    return [(n, c, hw), (n, c, 1), (1, c, hw), (n, 1, hw)]
+
+
+def _params(rng, c):
+    gamma = rng.normal(1.0, 0.5, c).astype(np.float32)
+    beta = rng.normal(0.0, 0.5, c).astype(np.float32)
+    running_mean = rng.normal(0.0, 1.0, c).astype(np.float32)
+    running_var = rng.uniform(0.5, 2.0, c).astype(np.float32)
+    return gamma, beta, running_mean, running_var
+
+
+def _forward_train(device, lib, bufs, x, gamma, beta, running_mean, running_var, momentum=0.1):
+    n, c, hw = x.shape
+    bx, by, bmean, binv = bufs.up(x), bufs.empty(x.size), bufs.empty(c), bufs.empty(c)
+    brm, brv = bufs.up(running_mean), bufs.up(running_var)
+    run(device.queue, batchnorm.batchnorm_forward_train(
+        lib, bx, bufs.up(gamma), bufs.up(beta), by, bmean, binv, brm, brv,
+        n=n, c=c, hw=hw, momentum=momentum,
+    ))
+    return {
+        "y": bufs.down(by, x.shape), "mean": bufs.down(bmean, c), "invstd": bufs.down(binv, c),
+        "running_mean": bufs.down(brm, c), "running_var": bufs.down(brv, c),
+    }
+
+
+def test_forward_train_matches_reference_with_running_statistics(device, lib, bufs, rng):
+    for n, c, hw in _shapes(rng):
+        x = rng.normal(3.0, 2.0, (n, c, hw)).astype(np.float32)
+        gamma, beta, running_mean, running_var = _params(rng, c)
+        got = _forward_train(device, lib, bufs, x, gamma, beta, running_mean, running_var, 0.3)
+        y, mean, invstd, new_mean, new_var = ref.batchnorm_forward_train(
+            x, gamma, beta, running_mean, running_var, momentum=0.3
+        )
+        assert_close(got["y"], y)
+        assert_close(got["mean"], mean)
+        assert_close(got["invstd"], invstd)
+        assert_close(got["running_mean"], new_mean)
+        assert_close(got["running_var"], new_var)
+
+
+def test_forward_eval_matches_reference(device, lib, bufs, rng):
+    for n, c, hw in _shapes(rng):
+        x = rng.normal(0.0, 2.0, (n, c, hw)).astype(np.float32)
+        gamma, beta, running_mean, running_var = _params(rng, c)
+        by = bufs.empty(x.size)
+        run(device.queue, batchnorm.batchnorm_forward_eval(
+            lib, bufs.up(x), bufs.up(gamma), bufs.up(beta), by, bufs.up(running_mean),
+            bufs.up(running_var), n=n, c=c, hw=hw,
+        ))
+        expected = ref.batchnorm_forward_eval(x, gamma, beta, running_mean, running_var)
+        assert_close(bufs.down(by, x.shape), expected)
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_backward_matches_reference(device, lib, bufs, rng, accumulate):
+    for n, c, hw in _shapes(rng):
+        x = rng.normal(1.0, 2.0, (n, c, hw)).astype(np.float32)
+        dy = rng.normal(size=(n, c, hw)).astype(np.float32)
+        gamma, beta, running_mean, running_var = _params(rng, c)
+        saved = _forward_train(device, lib, bufs, x, gamma, beta, running_mean, running_var)
+        old_dgamma, old_dbeta = rng.normal(size=c), rng.normal(size=c)
+        bdx = bufs.empty(x.size)
+        bdgamma = bufs.up(old_dgamma) if accumulate else bufs.empty(c)
+        bdbeta = bufs.up(old_dbeta) if accumulate else bufs.empty(c)
+        run(device.queue, batchnorm.batchnorm_backward(
+            lib, bufs.up(x), bufs.up(dy), bufs.up(gamma), bufs.up(saved["mean"]),
+            bufs.up(saved["invstd"]), bdx, bdgamma, bdbeta, n=n, c=c, hw=hw, accumulate=accumulate,
+        ))
+        dx, dgamma, dbeta = ref.batchnorm_backward(x, dy, gamma, saved["mean"], saved["invstd"])
+        if accumulate:
+            dgamma = dgamma + old_dgamma.astype(np.float32)
+            dbeta = dbeta + old_dbeta.astype(np.float32)
+        assert_close(bufs.down(bdx, x.shape), dx)
+        assert_close(bufs.down(bdgamma, c), dgamma)
+        assert_close(bufs.down(bdbeta, c), dbeta)
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 5), (5, 3, 1), (1, 2, 7)])
+def test_backward_matches_finite_differences(device, lib, bufs, rng, shape):
+    n, c, hw = shape
+    x = rng.normal(0.5, 1.5, shape)
+    gamma, beta = rng.normal(1.0, 0.5, c), rng.normal(0.0, 0.5, c)
+    weights = rng.normal(size=shape)
+    zeros, ones = np.zeros(c), np.ones(c)
+
+    def loss(x_, gamma_, beta_):
+        y = ref.batchnorm_forward_train(x_, gamma_, beta_, zeros, ones)[0]
+        return float(np.sum(y * weights))
+
+    saved = _forward_train(device, lib, bufs, x, gamma, beta, zeros, ones)
+    bdx, bdgamma, bdbeta = bufs.empty(x.size), bufs.empty(c), bufs.empty(c)
+    run(device.queue, batchnorm.batchnorm_backward(
+        lib, bufs.up(x), bufs.up(weights), bufs.up(gamma), bufs.up(saved["mean"]),
+        bufs.up(saved["invstd"]), bdx, bdgamma, bdbeta, n=n, c=c, hw=hw,
+    ))
+    x32, gamma32, beta32 = (v.astype(np.float32).astype(np.float64) for v in (x, gamma, beta))
+    assert_close(
+        bufs.down(bdx, shape), numeric_grad(lambda v: loss(v, gamma32, beta32), x32), rtol=2e-3
+    )
+    assert_close(
+        bufs.down(bdgamma, c), numeric_grad(lambda v: loss(x32, v, beta32), gamma32), rtol=2e-3
+    )
+    assert_close(
+        bufs.down(bdbeta, c), numeric_grad(lambda v: loss(x32, gamma32, v), beta32), rtol=2e-3
+    )
+
+
+def test_frozen_parameters_and_first_layer_skip_their_gradients(device, lib, bufs, rng):
+    n, c, hw = 5, 7, 11
+    x = rng.normal(size=(n, c, hw)).astype(np.float32)
+    dy = rng.normal(size=(n, c, hw)).astype(np.float32)
+    gamma, beta, running_mean, running_var = _params(rng, c)
+    saved = _forward_train(device, lib, bufs, x, gamma, beta, running_mean, running_var)
+    dx, dgamma, dbeta = ref.batchnorm_backward(x, dy, gamma, saved["mean"], saved["invstd"])
+    args = (bufs.up(x), bufs.up(dy), bufs.up(gamma), bufs.up(saved["mean"]),
+            bufs.up(saved["invstd"]))
+
+    bdx = bufs.empty(x.size)
+    run(device.queue, batchnorm.batchnorm_backward(lib, *args, bdx, None, None, n=n, c=c, hw=hw))
+    assert_close(bufs.down(bdx, x.shape), dx)
+
+    untouched, bdgamma, bdbeta = bufs.empty(x.size), bufs.empty(c), bufs.empty(c)
+    run(device.queue, batchnorm.batchnorm_backward(
+        lib, *args, untouched, bdgamma, bdbeta, n=n, c=c, hw=hw, input_grad=False,
+    ))
+    assert np.all(np.isnan(bufs.down(untouched, x.size))), "dx was written with input_grad=False"
+    assert_close(bufs.down(bdgamma, c), dgamma)
+    assert_close(bufs.down(bdbeta, c), dbeta)
+
+    assert batchnorm.batchnorm_backward(
+        lib, *args, None, None, None, n=n, c=c, hw=hw, input_grad=False
+    ) == []
+
+
+def test_a_single_value_per_channel_cannot_train(lib, bufs):
+    b = bufs.empty(4)
+    with pytest.raises(ValueError, match="more than one value per channel"):
+        batchnorm.batchnorm_forward_train(lib, b, b, b, b, b, b, b, b, n=1, c=4, hw=1)
