@@ -1,0 +1,99 @@
+"""A model update as one byte string: a bundle of tensor records, the unit a Flower message
+carries in each direction and whose length is the bytes a round costs.
+
+Bundle layout: ``b"MGU" | u8 version | varint record count | records`` (see ``base`` for a
+record). Arrays a sparse codec sends nothing for are left out of the bundle; the receiver takes
+a missing array as an all-zero update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mgfl.codecs.base import DEFAULT_MAX_ELEMENTS, VERSION, encode_record, read_record
+from mgfl.codecs.errors import CodecError
+from mgfl.codecs.feedback import encode_with_feedback
+from mgfl.codecs.registry import decoders
+from mgfl.codecs.wire import ByteReader, varint
+
+BUNDLE_MAGIC = b"MGU"
+
+
+@dataclass
+class EncodedUpdate:
+    """An encoded bundle and what the sender needs to keep."""
+
+    blob: bytes
+    sent: dict[str, np.ndarray]  # what the receiver will decode, per array (zeros if left out)
+    residuals: dict[str, np.ndarray] = field(default_factory=dict)  # error feedback, if used
+    records: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.blob)
+
+
+def encode_update(
+    arrays: Mapping[str, np.ndarray],
+    codec,
+    residuals: Mapping[str, np.ndarray] | None = None,
+    rng: np.random.Generator | None = None,
+) -> EncodedUpdate:
+    """Encodes every array with ``codec``; with a codec that wants error feedback, ``residuals``
+    (from the previous call, or None at first) are added in and the new ones returned."""
+    records: list[bytes] = []
+    sent: dict[str, np.ndarray] = {}
+    kept: dict[str, np.ndarray] = {}
+    for name, array in arrays.items():
+        array = np.asarray(array)
+        if codec.error_feedback:
+            previous = None if residuals is None else residuals.get(name)
+            if previous is not None and np.shape(previous) != array.shape:
+                raise CodecError(f"{name}: residual of shape {np.shape(previous)} for an array "
+                                 f"of shape {array.shape}")
+            step = encode_with_feedback(codec, array, previous, rng)
+            payload, sent[name], kept[name] = step.payload, step.sent, step.residual
+        else:
+            payload = codec.encode(array, rng)
+            sent[name] = (np.zeros_like(array) if payload is None
+                          else codec.decode(payload, array.shape, array.dtype))
+        if payload is not None:
+            records.append(encode_record(name, array, codec.codec_id, payload))
+    blob = b"".join([BUNDLE_MAGIC, bytes([VERSION]), varint(len(records)), *records])
+    return EncodedUpdate(blob, sent, kept, len(records))
+
+
+def decode_update(
+    blob: bytes,
+    expected: Mapping[str, tuple[int, ...]] | None = None,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+) -> dict[str, np.ndarray]:
+    """The arrays of a bundle. With ``expected`` (name -> shape), every record must name one of
+    those arrays with exactly that shape; arrays not present were not sent."""
+    reader = ByteReader(blob, "update bundle")
+    if reader.take(len(BUNDLE_MAGIC)) != BUNDLE_MAGIC:
+        raise reader.fail("not an mgfl update bundle (bad magic)")
+    version = reader.u8()
+    if version != VERSION:
+        raise reader.fail(f"bundle format version {version}; this mgfl reads version {VERSION}")
+    count = reader.varint()
+    if expected is not None and count > len(expected):
+        raise reader.fail(f"{count} records, but only {len(expected)} arrays may travel")
+    table = decoders()
+    out: dict[str, np.ndarray] = {}
+    for _ in range(count):
+        record = read_record(reader, table, max_elements)
+        if record.name in out:
+            raise reader.fail(f"array {record.name!r} appears twice")
+        if expected is not None:
+            if record.name not in expected:
+                raise reader.fail(f"unexpected array {record.name!r}")
+            if tuple(record.array.shape) != tuple(expected[record.name]):
+                raise reader.fail(f"{record.name} has shape {record.array.shape}, expected "
+                                  f"{tuple(expected[record.name])}")
+        out[record.name] = record.array
+    reader.expect_end()
+    return out
