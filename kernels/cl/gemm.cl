@@ -1,0 +1,415 @@
+// General matrix products C = act(alpha * op(A) @ op(B) + beta * C + bias), row-major, batched.
+//
+// Three kernels, one per memory hierarchy; GEMM_KERNEL selects which one a program holds, so a
+// build compiles only the kernel it launches:
+//   1 gemm_register  no local memory; each work-item keeps an RM x (NV*VW) block of the result in
+//                    vector registers and streams op(B) rows with vector loads. Made for CPU
+//                    drivers (PoCL), where caches do what local memory does on a GPU. Handles
+//                    op(B) stored (k, n); the host maps A^T @ B^T onto it by computing C^T = B @ A.
+//   2 gemm_dot       no local memory; each work-item keeps DM x DN dot products as VK-wide vectors
+//                    along k, for A @ B^T where both operands are contiguous along k.
+//   3 gemm_local     GPU style: the work-group stages TILE_M x TILE_K and TILE_K x TILE_N tiles of
+//                    op(A) and op(B) in local memory; each work-item computes WPT_M x WPT_N results.
+//
+// Edges: sizes are arbitrary. The register kernels clamp row and column indices into the matrix
+// (a clamped row or column computes a duplicate that is never stored), the local kernel pads its
+// tiles with zeros through guarded loads. No kernel reads or writes outside a tensor.
+// beta == 0 never reads C, so C may hold NaN before the product.
+
+#ifndef GEMM_KERNEL
+#define GEMM_KERNEL 1
+#endif
+#ifndef TRANS_A
+#define TRANS_A 0
+#endif
+#ifndef TRANS_B
+#define TRANS_B 0
+#endif
+#ifndef OUT_T
+#define OUT_T 0  // gemm_register only: the result is stored transposed, its bias indexed by row
+#endif
+#ifndef HAS_BIAS
+#define HAS_BIAS 0
+#endif
+#ifndef ACTIVATION
+#define ACTIVATION 0  // 0 none, 1 relu, 2 relu6
+#endif
+
+#define CAT_(x, y) x##y
+#define CAT(x, y) CAT_(x, y)
+
+#if ACTIVATION == 1
+#define ACT(v) fmax((v), 0.0f)
+#elif ACTIVATION == 2
+#define ACT(v) fmin(fmax((v), 0.0f), 6.0f)
+#else
+#define ACT(v) (v)
+#endif
+
+// One result element: scale, add beta * C (only when beta != 0), bias, activation.
+inline float finish(const float acc, const float alpha, const float beta,
+                    const __global float* c, const int index, const __global float* bias,
+                    const int bias_index) {
+    float v = alpha * acc;
+    if (beta != 0.0f) v += beta * c[index];
+#if HAS_BIAS
+    v += bias[bias_index];
+#endif
+    return ACT(v);
+}
+
+// ------------------------------------------------------------------------------------------------
+#if GEMM_KERNEL == 1
+
+#ifndef RM
+#define RM 6    // rows of the result per work-item
+#endif
+#ifndef VW
+#define VW 8    // vector width along the columns
+#endif
+#ifndef NV
+#define NV 2    // vectors per row: each work-item computes RM x (NV * VW)
+#endif
+#ifndef KC
+#define KC 256  // k is walked in blocks of KC
+#endif
+#ifndef KC_SYNC
+#define KC_SYNC 0  // 1: the work-group's items meet at a barrier after each k block
+#endif
+#define VEC CAT(float, VW)
+#define VLOAD CAT(vload, VW)
+#define VSTORE CAT(vstore, VW)
+#define BLOCK_N (NV * VW)
+
+#if TRANS_A
+#define A_AT(r, kk) a[(kk) * rows + (r)]
+#else
+#define A_AT(r, kk) a[(r) * depth + (kk)]
+#endif
+
+// D = op(A) @ B with D (rows x cols), op(A) (rows x depth), B stored (depth, cols).
+// Without OUT_T, D is C; with OUT_T, D is C^T and is stored as c[col * rows + row].
+__kernel void gemm_register(const __global float* restrict a, const __global float* restrict b,
+                            __global float* c, const __global float* restrict bias,
+                            const int rows, const int cols, const int depth,
+                            const float alpha, const float beta,
+                            const int stride_a, const int stride_b, const int stride_c) {
+    // Items past the matrix (the NDRange is rounded up to whole work-groups) compute clamped
+    // duplicates and store nothing: with KC_SYNC every item must reach every barrier.
+    const int item_col = get_global_id(0) * BLOCK_N;
+    const int item_row = get_global_id(1) * RM;
+    a += get_global_id(2) * stride_a;
+    b += get_global_id(2) * stride_b;
+    c += get_global_id(2) * stride_c;
+
+    int row[RM];
+#pragma unroll
+    for (int i = 0; i < RM; ++i) row[i] = min(item_row + i, rows - 1);
+
+    VEC acc[RM][NV];
+#pragma unroll
+    for (int i = 0; i < RM; ++i)
+#pragma unroll
+        for (int v = 0; v < NV; ++v) acc[i][v] = (VEC)(0.0f);
+
+    // A block at the right edge is shifted left to stay whole; it stores only its own columns.
+    const int first_col = cols >= BLOCK_N ? min(item_col, cols - BLOCK_N) : 0;
+    for (int k0 = 0; k0 < depth; k0 += KC) {
+        const int k1 = min(k0 + KC, depth);
+        VEC part[RM][NV];
+#pragma unroll
+        for (int i = 0; i < RM; ++i)
+#pragma unroll
+            for (int v = 0; v < NV; ++v) part[i][v] = (VEC)(0.0f);
+        if (cols >= BLOCK_N) {
+            const __global float* brow = b + k0 * cols + first_col;
+            for (int kk = k0; kk < k1; ++kk, brow += cols) {
+                VEC bv[NV];
+#pragma unroll
+                for (int v = 0; v < NV; ++v) bv[v] = VLOAD(v, brow);
+#pragma unroll
+                for (int i = 0; i < RM; ++i) {
+                    const VEC av = (VEC)(A_AT(row[i], kk));
+#pragma unroll
+                    for (int v = 0; v < NV; ++v) part[i][v] = mad(av, bv[v], part[i][v]);
+                }
+            }
+        } else {
+            // Narrower than one block: gather each column with a clamped index.
+            for (int kk = k0; kk < k1; ++kk) {
+                float gathered[BLOCK_N];
+#pragma unroll
+                for (int j = 0; j < BLOCK_N; ++j) gathered[j] = b[kk * cols + min(j, cols - 1)];
+#pragma unroll
+                for (int i = 0; i < RM; ++i) {
+                    const VEC av = (VEC)(A_AT(row[i], kk));
+#pragma unroll
+                    for (int v = 0; v < NV; ++v)
+                        part[i][v] = mad(av, VLOAD(v, gathered), part[i][v]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RM; ++i)
+#pragma unroll
+            for (int v = 0; v < NV; ++v) acc[i][v] += part[i][v];
+#if KC_SYNC
+        // Keeps the work-group's items on the same k block, so that the pages and cache lines
+        // of that block are shared while they are hot.
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+    }
+
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+        const int r = item_row + i;
+        if (r < rows) {
+            float out[BLOCK_N];
+#pragma unroll
+            for (int v = 0; v < NV; ++v) VSTORE(acc[i][v], v, out);
+            for (int j = 0; j < BLOCK_N; ++j) {
+                const int col = first_col + j;
+                if (col >= item_col && col < cols) {
+#if OUT_T
+                    const int index = col * rows + r;
+                    c[index] = finish(out[j], alpha, beta, c, index, bias, r);
+#else
+                    const int index = r * cols + col;
+                    c[index] = finish(out[j], alpha, beta, c, index, bias, col);
+#endif
+                }
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+#elif GEMM_KERNEL == 2
+
+#ifndef DM
+#define DM 3    // rows of the result per work-item
+#endif
+#ifndef DN
+#define DN 4    // columns of the result per work-item
+#endif
+#ifndef VK
+#define VK 8    // vector width along k
+#endif
+#define VEC CAT(float, VK)
+#define VLOAD CAT(vload, VK)
+#define VSTORE CAT(vstore, VK)
+#if VK != 4 && VK != 8 && VK != 16
+#error "VK must be 4, 8 or 16"
+#endif
+
+// Pairwise, in a fixed order. The vector goes through a private array: oclgrind's checker of
+// uninitialized values cannot follow extracted vector components.
+inline float horizontal_sum(const VEC v) {
+    float t[VK];
+    VSTORE(v, 0, t);
+#pragma unroll
+    for (int width = VK / 2; width > 0; width /= 2)
+#pragma unroll
+        for (int i = 0; i < width; ++i) t[i] += t[i + width];
+    return t[0];
+}
+
+// C = A @ B^T with A stored (m, k) and B stored (n, k): every operand row is contiguous along k.
+__kernel void gemm_dot(const __global float* restrict a, const __global float* restrict b,
+                       __global float* c, const __global float* restrict bias,
+                       const int m, const int n, const int k,
+                       const float alpha, const float beta,
+                       const int stride_a, const int stride_b, const int stride_c) {
+    const int item_col = get_global_id(0) * DN;
+    const int item_row = get_global_id(1) * DM;
+    if (item_col >= n || item_row >= m) return;
+    a += get_global_id(2) * stride_a;
+    b += get_global_id(2) * stride_b;
+    c += get_global_id(2) * stride_c;
+
+    const __global float* arow[DM];
+    const __global float* brow[DN];
+#pragma unroll
+    for (int i = 0; i < DM; ++i) arow[i] = a + min(item_row + i, m - 1) * k;
+#pragma unroll
+    for (int j = 0; j < DN; ++j) brow[j] = b + min(item_col + j, n - 1) * k;
+
+    VEC acc[DM][DN];
+#pragma unroll
+    for (int i = 0; i < DM; ++i)
+#pragma unroll
+        for (int j = 0; j < DN; ++j) acc[i][j] = (VEC)(0.0f);
+
+    const int whole = k / VK;
+    for (int q = 0; q < whole; ++q) {
+        VEC av[DM];
+#pragma unroll
+        for (int i = 0; i < DM; ++i) av[i] = VLOAD(q, arow[i]);
+#pragma unroll
+        for (int j = 0; j < DN; ++j) {
+            const VEC bv = VLOAD(q, brow[j]);
+#pragma unroll
+            for (int i = 0; i < DM; ++i) acc[i][j] = mad(av[i], bv, acc[i][j]);
+        }
+    }
+
+    float sum[DM][DN];
+#pragma unroll
+    for (int i = 0; i < DM; ++i)
+#pragma unroll
+        for (int j = 0; j < DN; ++j) sum[i][j] = horizontal_sum(acc[i][j]);
+    for (int kk = whole * VK; kk < k; ++kk) {
+#pragma unroll
+        for (int i = 0; i < DM; ++i)
+#pragma unroll
+            for (int j = 0; j < DN; ++j) sum[i][j] = mad(arow[i][kk], brow[j][kk], sum[i][j]);
+    }
+
+#pragma unroll
+    for (int i = 0; i < DM; ++i) {
+        const int r = item_row + i;
+#pragma unroll
+        for (int j = 0; j < DN; ++j) {
+            const int col = item_col + j;
+            if (r < m && col < n) {
+                const int index = r * n + col;
+                c[index] = finish(sum[i][j], alpha, beta, c, index, bias, col);
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+#elif GEMM_KERNEL == 3
+
+#ifndef TILE_M
+#define TILE_M 64
+#endif
+#ifndef TILE_N
+#define TILE_N 64
+#endif
+#ifndef TILE_K
+#define TILE_K 16
+#endif
+#ifndef WPT_M
+#define WPT_M 4
+#endif
+#ifndef WPT_N
+#define WPT_N 4
+#endif
+#define GROUP_M (TILE_M / WPT_M)
+#define GROUP_N (TILE_N / WPT_N)
+#define GROUP_SIZE (GROUP_M * GROUP_N)
+
+#if TILE_M % WPT_M || TILE_N % WPT_N || TILE_M % 4 || TILE_N % 4 || TILE_K % 4
+#error "tiles must divide by the work per item and by the vector width 4"
+#endif
+
+// Copies one rows x cols tile of a row-major matrix (height x width, leading dimension width)
+// starting at (row0, col0) into local memory, transposed or not, zero past the matrix edges.
+// The copy moves float4 quads along the contiguous dimension; a quad that crosses an edge falls
+// back to guarded scalar loads.
+inline void stage_tile(__local float* tile, const int tile_ld, const int transpose,
+                       const __global float* src, const int height, const int width,
+                       const int row0, const int col0, const int tile_rows, const int tile_cols,
+                       const int tid) {
+    const int quads_per_row = tile_cols / 4;
+    for (int q = tid; q < tile_rows * quads_per_row; q += GROUP_SIZE) {
+        // The remainder is spelled out: LLVM pairs a division and a remainder of the same
+        // operands through a `freeze`, an instruction oclgrind cannot run.
+        const int tr = q / quads_per_row;
+        const int tc = (q - tr * quads_per_row) * 4;
+        const int r = row0 + tr;
+        const int col = col0 + tc;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (r < height) {
+            const __global float* p = src + r * width + col;
+            if (col + 4 <= width) {
+                vstore4(vload4(0, p), 0, v);
+            } else {
+                for (int e = 0; e < 3; ++e)
+                    if (col + e < width) v[e] = p[e];
+            }
+        }
+        if (transpose) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) tile[(tc + e) * tile_ld + tr] = v[e];
+        } else {
+            vstore4(vload4(0, v), 0, tile + tr * tile_ld + tc);
+        }
+    }
+}
+
+// Local tiles are stored k-major: a_tile[kk][row], b_tile[kk][col]; each work-item reads its
+// WPT_M rows and WPT_N columns as float4 vectors.
+__kernel __attribute__((reqd_work_group_size(GROUP_N, GROUP_M, 1)))
+void gemm_local(const __global float* restrict a, const __global float* restrict b,
+                __global float* c, const __global float* restrict bias,
+                const int m, const int n, const int k,
+                const float alpha, const float beta,
+                const int stride_a, const int stride_b, const int stride_c) {
+    __local float a_tile[TILE_K * TILE_M];
+    __local float b_tile[TILE_K * TILE_N];
+    const int tx = get_local_id(0);
+    const int ty = get_local_id(1);
+    const int tid = ty * GROUP_N + tx;
+    const int row0 = get_group_id(1) * TILE_M;
+    const int col0 = get_group_id(0) * TILE_N;
+    a += get_global_id(2) * stride_a;
+    b += get_global_id(2) * stride_b;
+    c += get_global_id(2) * stride_c;
+
+    float acc[WPT_M][WPT_N];
+#pragma unroll
+    for (int i = 0; i < WPT_M; ++i)
+#pragma unroll
+        for (int j = 0; j < WPT_N; ++j) acc[i][j] = 0.0f;
+
+    for (int k0 = 0; k0 < k; k0 += TILE_K) {
+#if TRANS_A
+        // A stored (k, m): the tile's rows run along k, already k-major.
+        stage_tile(a_tile, TILE_M, 0, a, k, m, k0, row0, TILE_K, TILE_M, tid);
+#else
+        stage_tile(a_tile, TILE_M, 1, a, m, k, row0, k0, TILE_M, TILE_K, tid);
+#endif
+#if TRANS_B
+        stage_tile(b_tile, TILE_N, 1, b, n, k, col0, k0, TILE_N, TILE_K, tid);
+#else
+        stage_tile(b_tile, TILE_N, 0, b, k, n, k0, col0, TILE_K, TILE_N, tid);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll 4
+        for (int kk = 0; kk < TILE_K; ++kk) {
+            float av[WPT_M];
+            float bv[WPT_N];
+#pragma unroll
+            for (int i = 0; i < WPT_M; i += 4)
+                vstore4(vload4(0, a_tile + kk * TILE_M + ty * WPT_M + i), 0, av + i);
+#pragma unroll
+            for (int j = 0; j < WPT_N; j += 4)
+                vstore4(vload4(0, b_tile + kk * TILE_N + tx * WPT_N + j), 0, bv + j);
+#pragma unroll
+            for (int i = 0; i < WPT_M; ++i)
+#pragma unroll
+                for (int j = 0; j < WPT_N; ++j) acc[i][j] = mad(av[i], bv[j], acc[i][j]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+#pragma unroll
+    for (int i = 0; i < WPT_M; ++i) {
+        const int r = row0 + ty * WPT_M + i;
+#pragma unroll
+        for (int j = 0; j < WPT_N; ++j) {
+            const int col = col0 + tx * WPT_N + j;
+            if (r < m && col < n) {
+                const int index = r * n + col;
+                c[index] = finish(acc[i][j], alpha, beta, c, index, bias, col);
+            }
+        }
+    }
+}
+
+#else
+#error "GEMM_KERNEL must be 1 (register), 2 (dot) or 3 (local)"
+#endif

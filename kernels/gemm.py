@@ -1,0 +1,211 @@
+"""Launches of the batched general matrix product, the work-horse of Linear and 1x1 convolutions.
+
+``gemm`` computes, for every batch entry, ``C = act(alpha * op(A) @ op(B) + beta * C + bias)``.
+Two kernel styles share one source (``cl/gemm.cl``): register blocking without local memory for
+CPU drivers, whose caches already do what local memory does on a GPU, and local-memory tiling for
+GPUs. ``GemmConfig`` holds every size a tuner may vary; ``default_config`` picks by device type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyopencl as cl
+
+from kernels.launch import Launch, round_up
+from kernels.library import KernelLibrary, as_int
+
+ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
+REGISTER, DOT, LOCAL = 1, 2, 3  # GEMM_KERNEL values of cl/gemm.cl
+KERNEL_NAMES = {REGISTER: "gemm_register", DOT: "gemm_dot", LOCAL: "gemm_local"}
+VECTOR_WIDTHS = (4, 8, 16)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """Build-time sizes of the GEMM kernels.
+
+    With ``use_local_memory`` the local-memory kernel runs: work-groups of
+    ``(tile_n / wpt_n) x (tile_m / wpt_m)`` items stage ``tile_m x tile_k`` and
+    ``tile_k x tile_n`` tiles and each item computes ``wpt_m x wpt_n`` results.
+    Without it, each work-item computes ``rows_per_item x (vectors_per_row * vector_width)``
+    results in registers (A @ B^T instead uses ``dot_rows x dot_cols`` dot products, each
+    ``dot_width`` wide along k), in work-groups of ``group_cols x group_rows`` items.
+    """
+
+    use_local_memory: bool = False
+    rows_per_item: int = 6
+    vector_width: int = 8
+    vectors_per_row: int = 2
+    dot_rows: int = 3
+    dot_cols: int = 4
+    dot_width: int = 8
+    group_cols: int = 1
+    group_rows: int = 8
+    k_block: int = 256
+    sync_k_blocks: bool = False
+    tile_m: int = 64
+    tile_n: int = 64
+    tile_k: int = 16
+    wpt_m: int = 4
+    wpt_n: int = 4
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.vector_width not in VECTOR_WIDTHS or self.dot_width not in VECTOR_WIDTHS:
+            problems.append(f"vector widths must be one of {VECTOR_WIDTHS}")
+        sizes = (self.rows_per_item, self.vectors_per_row, self.dot_rows, self.dot_cols,
+                 self.group_cols, self.group_rows, self.tile_k, self.k_block)
+        if min(sizes) < 1:
+            problems.append("sizes must be positive")
+        for tile, wpt, name in ((self.tile_m, self.wpt_m, "m"), (self.tile_n, self.wpt_n, "n")):
+            if wpt < 4 or wpt % 4 or tile % wpt:
+                problems.append(f"wpt_{name} must be a multiple of 4 that divides tile_{name}")
+        if self.tile_k % 4:
+            problems.append("tile_k must be a multiple of 4")
+        if problems:
+            raise ValueError(f"Invalid GemmConfig {self}: " + "; ".join(problems))
+
+    @property
+    def local_group(self) -> tuple[int, int]:
+        """Work-group shape (columns, rows) of the local-memory kernel."""
+        return self.tile_n // self.wpt_n, self.tile_m // self.wpt_m
+
+    @property
+    def local_memory_bytes(self) -> int:
+        return 4 * self.tile_k * (self.tile_m + self.tile_n)
+
+    def defines(self) -> dict[str, int]:
+        """The build-time defines of the kernel style this configuration selects."""
+        if self.use_local_memory:
+            return {"TILE_M": self.tile_m, "TILE_N": self.tile_n, "TILE_K": self.tile_k,
+                    "WPT_M": self.wpt_m, "WPT_N": self.wpt_n}
+        return {"RM": self.rows_per_item, "VW": self.vector_width, "NV": self.vectors_per_row,
+                "KC": self.k_block, "KC_SYNC": int(self.sync_k_blocks),
+                "DM": self.dot_rows, "DN": self.dot_cols, "VK": self.dot_width}
+
+
+def default_config(device: cl.Device) -> GemmConfig:
+    """Register blocking on CPUs, 64 x 64 local-memory tiles (4 x 4 per item) on GPUs and others,
+    shrunk until the work-group and its tiles fit the device."""
+    if device.type & cl.device_type.CPU:
+        return GemmConfig(use_local_memory=False)
+    config = GemmConfig(use_local_memory=True)
+    for tile_k in (16, 8, 4):
+        candidate = GemmConfig(use_local_memory=True, tile_k=tile_k)
+        if candidate.local_memory_bytes <= min(16 * 1024, int(device.local_mem_size)):
+            config = candidate
+            break
+    width, height = config.local_group
+    if width * height > int(device.max_work_group_size):
+        config = GemmConfig(use_local_memory=True, tile_m=32, tile_n=32, tile_k=config.tile_k)
+    return config
+
+
+def gemm(
+    lib: KernelLibrary,
+    a: cl.Buffer,
+    b: cl.Buffer,
+    c: cl.Buffer,
+    *,
+    m: int,
+    n: int,
+    k: int,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    bias: cl.Buffer | None = None,
+    activation: str | None = None,
+    batch: int = 1,
+    stride_a: int = 0,
+    stride_b: int = 0,
+    stride_c: int = 0,
+    config: GemmConfig | None = None,
+) -> Launch:
+    """``C[i] = act(alpha * op(A[i]) @ op(B[i]) + beta * C[i] + bias)`` for ``i < batch``.
+
+    ``op(A)`` is (m x k), stored (m, k) or, with ``trans_a``, (k, m); ``op(B)`` is (k x n),
+    stored (k, n) or, with ``trans_b``, (n, k). Batch entry i starts ``i * stride`` elements into
+    each buffer; stride 0 shares the operand. ``bias`` has n entries; ``beta == 0`` never reads C.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"Unknown activation {activation!r}; expected one of {list(ACTIVATIONS)}")
+    if min(m, n, k, batch) < 1:
+        raise ValueError(f"gemm needs positive sizes, got m={m}, n={n}, k={k}, batch={batch}")
+    config = config or default_config(lib.device)
+    defines = {**config.defines(), "HAS_BIAS": int(bias is not None),
+               "ACTIVATION": ACTIVATIONS[activation]}
+
+    # The register kernel reads B (k, n) rows; A^T @ B^T becomes C^T = B @ A with C stored
+    # transposed. A @ B^T, whose operands are both contiguous along k, is a dot product.
+    first, second, rows, cols = a, b, m, n
+    stride_first, stride_second = stride_a, stride_b
+    if config.use_local_memory:
+        style = LOCAL
+        defines.update(TRANS_A=int(trans_a), TRANS_B=int(trans_b))
+    elif trans_b and not trans_a:
+        style = DOT
+    else:
+        style = REGISTER
+        swap = trans_a and trans_b
+        if swap:
+            first, second, rows, cols = b, a, n, m
+            stride_first, stride_second = stride_b, stride_a
+        defines.update(TRANS_A=int(trans_a and not swap), TRANS_B=0, OUT_T=int(swap))
+    defines["GEMM_KERNEL"] = style
+
+    name = KERNEL_NAMES[style]
+    kernel = lib.kernel("gemm", name, defines)
+    kernel.set_args(
+        first, second, c, bias,
+        as_int(rows), as_int(cols), as_int(k), np.float32(alpha), np.float32(beta),
+        as_int(stride_first), as_int(stride_second), as_int(stride_c),
+    )
+    global_size, local_size = _geometry(config, style, rows, cols, batch)
+    return Launch(
+        name, kernel, global_size, local_size,
+        flops=_flops(m, n, k, batch, alpha, beta, bias, activation),
+        bytes_moved=_bytes_moved(m, n, k, batch, stride_a, stride_b, beta, bias),
+        keep_alive=[buf for buf in (a, b, c, bias) if buf is not None],
+    )
+
+
+def _geometry(
+    config: GemmConfig, style: int, rows: int, cols: int, batch: int
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """NDRange (columns, rows, batch) and work-group shape of one launch."""
+    if style == LOCAL:
+        group_cols, group_rows = config.local_group
+        return (
+            (round_up(cols, config.tile_n) // config.wpt_n,
+             round_up(rows, config.tile_m) // config.wpt_m, batch),
+            (group_cols, group_rows, 1),
+        )
+    if style == DOT:
+        items_cols, items_rows = -(-cols // config.dot_cols), -(-rows // config.dot_rows)
+    else:
+        block_n = config.vector_width * config.vectors_per_row
+        items_cols, items_rows = -(-cols // block_n), -(-rows // config.rows_per_item)
+    group_cols = min(config.group_cols, items_cols)
+    group_rows = min(config.group_rows, items_rows)
+    return (
+        (round_up(items_cols, group_cols), round_up(items_rows, group_rows), batch),
+        (group_cols, group_rows, 1),
+    )
+
+
+def _flops(m, n, k, batch, alpha, beta, bias, activation) -> int:
+    per_element = 2 * k + (alpha != 1.0) + 2 * (beta != 0.0) + (bias is not None)
+    per_element += activation is not None
+    return batch * m * n * per_element
+
+
+def _bytes_moved(m, n, k, batch, stride_a, stride_b, beta, bias) -> int:
+    """Compulsory traffic: each operand read once (a shared operand once for all entries), C
+    written and, with beta, read; tiles re-read from cache are not counted."""
+    reads_a = m * k * (batch if stride_a else 1)
+    reads_b = k * n * (batch if stride_b else 1)
+    c_traffic = batch * m * n * (2 if beta != 0.0 else 1)
+    return 4 * (reads_a + reads_b + c_traffic + (n if bias is not None else 0))

@@ -1,0 +1,209 @@
+"""The batched GEMM against its float64 reference, in both kernel styles, and the Linear backward
+it serves against finite differences."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+from kernels.gemm import GemmConfig, default_config, gemm
+from kernels.launch import run
+from kernels.reference import gemm as ref
+from tests.conftest import UNDER_OCLGRIND
+from tests.kernels.conftest import assert_close, numeric_grad, odd_sizes, scale
+
+TRANSPOSES = [(False, False), (True, False), (False, True), (True, True)]
+
+# The CPU style (register blocking, with the dot-product kernel for A @ B^T) and the GPU style
+# (local-memory tiles), each run on whatever device the tests use. Under oclgrind, which
+# interprets every work-item, the local tiles are smaller.
+STYLES = {
+    "register": GemmConfig(use_local_memory=False),
+    "local": GemmConfig(use_local_memory=True, tile_m=scale(64, 32), tile_n=scale(64, 32),
+                        tile_k=scale(16, 8), wpt_m=4, wpt_n=4),
+}
+
+# Other sizes a tuner may pick; each must stay correct at the edges.
+VARIANTS = [
+    GemmConfig(rows_per_item=1, vector_width=4, vectors_per_row=1, dot_rows=1, dot_cols=1,
+               dot_width=4, group_cols=1, group_rows=1, k_block=5),
+    GemmConfig(rows_per_item=5, vector_width=16, vectors_per_row=1, dot_rows=2, dot_cols=5,
+               dot_width=16, group_cols=2, group_rows=3, k_block=64, sync_k_blocks=True),
+    GemmConfig(use_local_memory=True, tile_m=32, tile_n=16, tile_k=4, wpt_m=8, wpt_n=4),
+    GemmConfig(use_local_memory=True, tile_m=16, tile_n=32, tile_k=12, wpt_m=4, wpt_n=8),
+]
+
+
+def _stored_shape(rows: int, cols: int, transposed: bool) -> tuple[int, int]:
+    return (cols, rows) if transposed else (rows, cols)
+
+
+def _run_gemm(device, lib, bufs, a, b, c, **kwargs) -> np.ndarray:
+    """Runs the kernel on flat arrays and returns the whole flat C buffer afterwards."""
+    bias = kwargs.pop("bias", None)
+    c_buf = bufs.up(c)
+    launch = gemm(lib, bufs.up(a), bufs.up(b), c_buf,
+                  bias=None if bias is None else bufs.up(bias), **kwargs)
+    run(device.queue, [launch])
+    return bufs.down(c_buf, c.size)
+
+
+def _random_case(rng, m, n, k, trans_a, trans_b):
+    a = rng.normal(size=_stored_shape(m, k, trans_a)).astype(np.float32)
+    b = rng.normal(size=_stored_shape(k, n, trans_b)).astype(np.float32)
+    return a, b
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+@pytest.mark.parametrize("trans_a,trans_b", TRANSPOSES)
+def test_product_matches_reference_on_odd_shapes(device, lib, bufs, rng, style, trans_a, trans_b):
+    high = scale(300, 24)
+    shapes = [tuple(odd_sizes(rng, 3, 1, high)) for _ in range(scale(3, 1))]
+    shapes.append((1, scale(37, 9), scale(29, 7)))  # a single row, and primes
+    for m, n, k in shapes:
+        a, b = _random_case(rng, m, n, k, trans_a, trans_b)
+        c = rng.normal(size=m * n).astype(np.float32)
+        alpha, beta = float(rng.uniform(0.5, 2.0)), float(rng.uniform(-1.0, 1.0))
+        kwargs = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta)
+        out = _run_gemm(device, lib, bufs, a, b, c, config=STYLES[style], **kwargs)
+        assert_close(out, ref.gemm(a, b, c, **kwargs))
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+@pytest.mark.parametrize(
+    "activation,trans_a,trans_b",
+    [(None, False, False), ("relu6", True, False), (None, False, True), ("relu6", True, True)],
+)
+def test_bias_and_activation_without_reading_c(
+    device, lib, bufs, rng, style, activation, trans_a, trans_b
+):
+    """ReLU with a bias is covered on every transpose by the batched test below."""
+    m, n, k = odd_sizes(rng, 3, 1, scale(120, 20))
+    a, b = _random_case(rng, m, n, k, trans_a, trans_b)
+    bias = rng.normal(0, 3, n).astype(np.float32)
+    c = np.full(m * n, np.nan, np.float32)  # beta == 0: C must not be read
+    kwargs = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, alpha=1.5)
+    out = _run_gemm(device, lib, bufs, a, b, c, bias=bias, activation=activation,
+                    config=STYLES[style], **kwargs)
+    assert_close(out, ref.gemm(a, b, c, bias=bias, activation=activation, **kwargs))
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+@pytest.mark.parametrize("trans_a,trans_b", TRANSPOSES)
+def test_batched_with_shared_operands_and_gaps(device, lib, bufs, rng, style, trans_a, trans_b):
+    """Batch entries with gaps between them, the weight shared (stride 0), as for a pointwise
+    convolution per image: the gaps of C must keep their values."""
+    batch = 3
+    m, n, k = odd_sizes(rng, 3, 1, scale(70, 12))
+    for shared in ("a", "b"):
+        stride_a = 0 if shared == "a" else m * k + 5
+        stride_b = 0 if shared == "b" else k * n + 3
+        stride_c = m * n + 7
+        a = rng.normal(size=max(stride_a * (batch - 1) + m * k, 1)).astype(np.float32)
+        b = rng.normal(size=max(stride_b * (batch - 1) + k * n, 1)).astype(np.float32)
+        c = rng.normal(size=stride_c * (batch - 1) + m * n).astype(np.float32)
+        bias = rng.normal(size=n).astype(np.float32)
+        kwargs = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, alpha=0.75, beta=0.5,
+                      activation="relu", batch=batch, stride_a=stride_a, stride_b=stride_b,
+                      stride_c=stride_c)
+        out = _run_gemm(device, lib, bufs, a, b, c, bias=bias, config=STYLES[style], **kwargs)
+        expected = ref.gemm(a, b, c, bias=bias, **kwargs)
+        assert_close(out, expected)
+        gaps = np.ones(c.size, bool)
+        for i in range(batch):
+            gaps[i * stride_c : i * stride_c + m * n] = False
+        assert np.array_equal(out[gaps], c[gaps])
+
+
+@pytest.mark.parametrize("config", VARIANTS, ids=lambda cfg: "variant")
+def test_tuning_variants_stay_correct_at_edges(device, lib, bufs, rng, config):
+    sizes = [1, 2, 3, 5, 17] if UNDER_OCLGRIND else [1, 2, 7, 31, 67]
+    for trans_a, trans_b in TRANSPOSES:
+        m, n, k = (int(s) for s in rng.choice(sizes, 3))
+        a, b = _random_case(rng, m, n, k, trans_a, trans_b)
+        c = rng.normal(size=m * n).astype(np.float32)
+        bias = rng.normal(size=n).astype(np.float32)
+        kwargs = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, beta=-0.5,
+                      activation="relu6")
+        out = _run_gemm(device, lib, bufs, a, b, c, bias=bias, config=config, **kwargs)
+        assert_close(out, ref.gemm(a, b, c, bias=bias, **kwargs))
+
+
+@pytest.mark.parametrize("style", list(STYLES))
+def test_linear_backward_products_match_finite_differences(device, lib, bufs, rng, style):
+    """y = x @ W^T + b; with the loss sum(y * g): dx = g @ W and dW = g^T @ x."""
+    batch, fin, fout = 5, 7, 3
+    x, w = rng.normal(size=(batch, fin)), rng.normal(size=(fout, fin))
+    bias, g = rng.normal(size=fout), rng.normal(size=(batch, fout))
+    config = STYLES[style]
+    bx, bw, bg = bufs.up(x), bufs.up(w), bufs.up(g)
+    by, bdx, bdw = bufs.empty(batch * fout), bufs.empty(batch * fin), bufs.empty(fout * fin)
+    run(device.queue, [
+        gemm(lib, bx, bw, by, m=batch, n=fout, k=fin, trans_b=True, bias=bufs.up(bias),
+             config=config),
+        gemm(lib, bg, bw, bdx, m=batch, n=fin, k=fout, config=config),
+        gemm(lib, bg, bx, bdw, m=fout, n=fin, k=batch, trans_a=True, config=config),
+    ])
+    assert_close(bufs.down(by, (batch, fout)), ref.linear_forward(x, w, bias))
+
+    def loss_of_x(value):
+        return float(np.sum(ref.linear_forward(value, w, bias) * g))
+
+    def loss_of_w(value):
+        return float(np.sum(ref.linear_forward(x, value, bias) * g))
+
+    assert_close(bufs.down(bdx, (batch, fin)), numeric_grad(loss_of_x, x), rtol=2e-3)
+    assert_close(bufs.down(bdw, (fout, fin)), numeric_grad(loss_of_w, w), rtol=2e-3)
+
+
+def test_default_config_follows_the_device_type(device):
+    cpu = SimpleNamespace(type=cl.device_type.CPU, local_mem_size=1 << 19, max_work_group_size=4096)
+    gpu = SimpleNamespace(type=cl.device_type.GPU, local_mem_size=32768, max_work_group_size=1024)
+    small_gpu = SimpleNamespace(type=cl.device_type.GPU, local_mem_size=4096,
+                                max_work_group_size=128)
+    assert not default_config(cpu).use_local_memory
+    assert default_config(gpu).use_local_memory
+    assert default_config(gpu).local_memory_bytes <= 16 * 1024
+    tight = default_config(small_gpu)
+    assert tight.local_memory_bytes <= 4096
+    assert tight.local_group[0] * tight.local_group[1] <= 128
+    assert isinstance(default_config(device.cl_device), GemmConfig)
+
+
+def test_defines_carry_the_configuration():
+    register = GemmConfig(rows_per_item=4, vector_width=16).defines()
+    assert register["RM"] == 4 and register["VW"] == 16 and "TILE_M" not in register
+    local = GemmConfig(use_local_memory=True, tile_m=128, wpt_m=8).defines()
+    assert local["TILE_M"] == 128 and local["WPT_M"] == 8 and "RM" not in local
+    assert all(isinstance(value, int) for value in {**register, **local}.values())
+
+
+def test_launch_reports_work_and_keeps_its_buffers(lib, bufs):
+    a, b, c, bias = bufs.empty(6), bufs.empty(12), bufs.empty(8), bufs.empty(4)
+    launch = gemm(lib, a, b, c, m=2, n=4, k=3, bias=bias, beta=1.0)
+    assert launch.flops == 2 * 4 * (2 * 3 + 2 + 1)
+    assert launch.bytes_moved == 4 * (6 + 12 + 2 * 8 + 4)
+    assert all(any(buf is kept for kept in launch.keep_alive) for buf in (a, b, c, bias))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(activation="gelu"), "Unknown activation"),
+        (dict(m=0), "positive sizes"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(lib, bufs, kwargs, message):
+    args = {"m": 2, "n": 2, "k": 2, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        gemm(lib, bufs.empty(4), bufs.empty(4), bufs.empty(4), **args)
+
+
+def test_invalid_configs_are_rejected():
+    with pytest.raises(ValueError, match="vector widths"):
+        GemmConfig(vector_width=3)
+    with pytest.raises(ValueError, match="wpt_m"):
+        GemmConfig(use_local_memory=True, tile_m=64, wpt_m=6)
