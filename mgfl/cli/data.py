@@ -109,7 +109,7 @@ def _print_tables(summary: dict) -> None:
     elif part["scheme"] == "iid":
         title += f" (seed {part['seed']})"
     table = Table(title=title)
-    table.add_column("client")
+    table.add_column("client", no_wrap=True)
     table.add_column("samples", justify="right")
     classes = summary["classes"]
     wide = len(classes) > MAX_CLASS_COLUMNS
@@ -123,4 +123,4 @@ def _print_tables(summary: dict) -> None:
         cells = [" ".join(counts)] if wide else counts
         table.add_row(client["name"], str(client["samples"]), *cells)
     console.print(table)
-    console.print(f"[dim]{summary['attribution']}[/]")
+    console.print(summary["attribution"], style="dim", markup=False, highlight=False)
