@@ -260,3 +260,24 @@ def test_invalid_inputs_are_clear_errors(rng):
         trainer.train_step(x, np.array([0, 5]))
     with pytest.raises(ValueError, match="more than one value per channel"):
         trainer.train_step(x[:1], y[:1])  # the BatchNorm on (F,) sees one value per feature
+
+
+@pytest.mark.parametrize(
+    ("name", "input_shape"),
+    [
+        ("mlp", None),
+        ("lenet5", None),
+        ("dscnn", (1, 20, 8)),
+        ("mobilenetv2", (3, 16, 16)),
+        ("cnn1d", (6, 1, 24)),
+    ],
+)
+def test_every_zoo_model_trains_every_parameter(rng, name, input_shape):
+    model = build_model(name, input_shape=input_shape)
+    trainer = ReferenceTrainer(model, model.init_state(0), lr=0.05)
+    before = {k: v.copy() for k, v in trainer.state.items()}
+    x, y = _batch(rng, model, 4)
+    losses = [trainer.train_step(x, y) for _ in range(3)]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    for param in model.parameter_shapes():
+        assert not np.array_equal(trainer.state[param], before[param]), param

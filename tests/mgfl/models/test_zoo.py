@@ -108,6 +108,23 @@ def test_mobilenetv2_at_width_one_has_the_reference_parameter_count():
     assert model.resolve()[-3].output_shape == (1280, 7, 7)
 
 
+def test_mobilenetv2_default_parameter_count():
+    """Counted by hand from the width-0.35 channel plan: 16-channel stem, then (t, c, n)."""
+    count, channels = 3 * 9 * 16 + 2 * 16, 16
+    for expansion, out, repeats in [
+        (1, 8, 1), (6, 8, 2), (6, 16, 3), (6, 24, 4), (6, 32, 3), (6, 56, 3), (6, 112, 1),
+    ]:  # fmt: skip
+        for _ in range(repeats):
+            hidden = channels * expansion
+            if expansion != 1:
+                count += channels * hidden + 2 * hidden  # 1x1 expand + BatchNorm
+            count += 9 * hidden + 2 * hidden  # 3x3 depthwise + BatchNorm
+            count += hidden * out + 2 * out  # 1x1 project + BatchNorm
+            channels = out
+    count += channels * 1280 + 2 * 1280 + 1280 * 10 + 10
+    assert build_model("mobilenetv2").parameter_count() == count
+
+
 def test_mobilenetv2_small_input_layout():
     model = build_model("mobilenetv2")
     resolved = model.resolve()
