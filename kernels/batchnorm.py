@@ -12,6 +12,7 @@ import pyopencl as cl
 from kernels.launch import Launch, round_up
 from kernels.library import Defines, KernelLibrary, as_int
 
+GROUP_DEFINE = "BN_GROUP"
 PROGRAM = "batchnorm"
 DEFAULT_GROUP = 128
 ELEMENTWISE_GROUP = 64
@@ -26,6 +27,19 @@ def _group_size(lib: KernelLibrary, defines: Defines) -> int:
             f"max_work_group_size {lib.device.max_work_group_size}"
         )
     return group
+
+
+def _group_kernel(lib: KernelLibrary, name: str, defines: Defines, group: int) -> cl.Kernel:
+    """The kernel, checked to run work-groups of ``group`` items on this device (a kernel's own
+    limit can be below the device's when it needs many registers)."""
+    kernel = lib.kernel(PROGRAM, name, defines)
+    limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, lib.device)
+    if group > limit:
+        raise ValueError(
+            f"{name} runs at most {limit} work-items per group on {lib.device.name.strip()}; "
+            f"build it with a smaller {GROUP_DEFINE} (got {group})"
+        )
+    return kernel
 
 
 def _check_shape(n: int, c: int, hw: int) -> None:
@@ -65,7 +79,7 @@ def batchnorm_forward_train(
     defines = dict(defines or {})
     group = _group_size(lib, defines)
     defines["BN_GROUP"] = group
-    kernel = lib.kernel(PROGRAM, "batchnorm_forward_train", defines)
+    kernel = _group_kernel(lib, "batchnorm_forward_train", defines, group)
     buffers = [x, gamma, beta, y, mean, invstd, running_mean, running_var]
     kernel.set_args(
         *buffers, as_int(n), as_int(c), as_int(hw), np.float32(momentum), np.float32(eps)
@@ -153,7 +167,7 @@ def batchnorm_backward(
         WITH_DGAMMA=int(dgamma is not None),
         WITH_DBETA=int(dbeta is not None),
     )
-    kernel = lib.kernel(PROGRAM, "batchnorm_backward", defines)
+    kernel = _group_kernel(lib, "batchnorm_backward", defines, group)
     bound = [x, dy, gamma, mean, invstd, dx if with_dx else None, dgamma, dbeta]
     kernel.set_args(*bound, as_int(n), as_int(c), as_int(hw), as_int(int(accumulate)))
     total = n * c * hw

@@ -13,6 +13,7 @@ from kernels.launch import Launch
 from kernels.library import Defines, KernelLibrary, as_int
 from kernels.softmax_xent import default_lanes
 
+GROUP_DEFINE = "DISTILL_GROUP"
 PROGRAM = "distill"
 DEFAULT_GROUP = 128
 
@@ -34,6 +35,19 @@ def row_defines(lib: KernelLibrary, c_old: int, defines: Defines | None) -> Defi
                          f"{lib.device.max_work_group_size}")
     defines.update(DISTILL_GROUP=group, DISTILL_LANES=lanes)
     return defines
+
+
+def _group_kernel(lib: KernelLibrary, name: str, defines: Defines, group: int) -> cl.Kernel:
+    """The kernel, checked to run work-groups of ``group`` items on this device (a kernel's own
+    limit can be below the device's when it needs many registers)."""
+    kernel = lib.kernel(PROGRAM, name, defines)
+    limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, lib.device)
+    if group > limit:
+        raise ValueError(
+            f"{name} runs at most {limit} work-items per group on {lib.device.name.strip()}; "
+            f"build it with a smaller {GROUP_DEFINE} (got {group})"
+        )
+    return kernel
 
 
 def distill_xent(
@@ -62,7 +76,7 @@ def distill_xent(
         raise ValueError(f"distillation temperature must be positive, got {temperature}")
     as_int(n * c)
     defines = row_defines(lib, c_old, defines)
-    kernel = lib.kernel(PROGRAM, "distill_xent", defines)
+    kernel = _group_kernel(lib, "distill_xent", defines, defines["DISTILL_GROUP"])
     buffers = [logits, old_logits, dlogits, stats]
     kernel.set_args(
         *buffers, as_int(n), as_int(c_old), as_int(c), np.float32(1.0 / temperature),

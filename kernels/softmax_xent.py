@@ -13,6 +13,7 @@ import pyopencl as cl
 from kernels.launch import Launch
 from kernels.library import Defines, KernelLibrary, as_int
 
+GROUP_DEFINE = "XENT_GROUP"
 PROGRAM = "softmax_xent"
 DEFAULT_GROUP = 128
 MAX_LANES = 32
@@ -46,6 +47,19 @@ def row_defines(lib: KernelLibrary, c: int, defines: Defines | None) -> Defines:
     return defines
 
 
+def _group_kernel(lib: KernelLibrary, name: str, defines: Defines, group: int) -> cl.Kernel:
+    """The kernel, checked to run work-groups of ``group`` items on this device (a kernel's own
+    limit can be below the device's when it needs many registers)."""
+    kernel = lib.kernel(PROGRAM, name, defines)
+    limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, lib.device)
+    if group > limit:
+        raise ValueError(
+            f"{name} runs at most {limit} work-items per group on {lib.device.name.strip()}; "
+            f"build it with a smaller {GROUP_DEFINE} (got {group})"
+        )
+    return kernel
+
+
 def _check_shape(n: int, c: int) -> None:
     if n < 1 or c < 1:
         raise ValueError(f"softmax cross-entropy needs n >= 1 rows and c >= 1 classes, got n={n}, "
@@ -71,7 +85,7 @@ def softmax_xent(
     row's loss and gradient NaN."""
     _check_shape(n, c)
     defines = row_defines(lib, c, defines)
-    kernel = lib.kernel(PROGRAM, "softmax_xent", defines)
+    kernel = _group_kernel(lib, "softmax_xent", defines, defines["XENT_GROUP"])
     buffers = [logits, labels, dlogits, stats]
     kernel.set_args(*buffers, as_int(n), as_int(c), np.float32(grad_scale))
     group = defines["XENT_GROUP"]
@@ -101,7 +115,7 @@ def softmax_xent_eval(
     """``stats += [loss sum, correct predictions, counted rows]`` without a gradient."""
     _check_shape(n, c)
     defines = row_defines(lib, c, defines)
-    kernel = lib.kernel(PROGRAM, "softmax_xent_eval", defines)
+    kernel = _group_kernel(lib, "softmax_xent_eval", defines, defines["XENT_GROUP"])
     buffers = [logits, labels, stats]
     kernel.set_args(*buffers, as_int(n), as_int(c))
     group = defines["XENT_GROUP"]

@@ -137,3 +137,29 @@ def test_layout_defines_are_checked(lib, bufs):
     b = bufs.empty(4)
     with pytest.raises(ValueError, match="powers of two"):
         xent.softmax_xent(lib, b, b, b, b, n=2, c=2, grad_scale=1.0, defines={"XENT_LANES": 3})
+
+
+class _NarrowKernels:
+    """A library whose kernels report a work-group limit below the requested group size."""
+
+    def __init__(self, lib, limit: int):
+        self.device, self._lib, self._limit = lib.device, lib, limit
+
+    def kernel(self, program, name, defines=None):
+        limit, kernel = self._limit, self._lib.kernel(program, name, defines)
+
+        class Narrow:
+            def get_work_group_info(self, _param, _device):
+                return limit
+
+            def __getattr__(self, attr):
+                return getattr(kernel, attr)
+
+        return Narrow()
+
+
+def test_a_group_above_the_kernel_limit_is_a_clear_error(lib, bufs):
+    b = bufs.empty(4)
+    with pytest.raises(ValueError, match="smaller XENT_GROUP"):
+        xent.softmax_xent(_NarrowKernels(lib, 32), b, b, b, b, n=2, c=2, grad_scale=1.0,
+                          defines={"XENT_GROUP": 64})
