@@ -1,0 +1,123 @@
+"""The configuration of one federated run, shared by the ServerApp, the ClientApp and
+``mgfl simulate``.
+
+Flower hands a run configuration to both apps as flat ``key = value`` pairs (the pyproject's
+``[tool.flwr.app.config]``, overridden by ``flwr run --run-config``). The server reads it, and
+sends the same pairs to every client inside each training message, so that a client needs no
+configuration of its own beyond its partition (its node configuration). Keys are the field names
+with dashes: ``num_rounds`` is ``num-rounds``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+
+STRATEGIES = ("fedavg", "fedprox", "fedadam", "fedavgm", "fedmedian", "fedtrimmedavg", "krum")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every setting of a federated run, with the embedded default: FSDD, one client per
+    speaker, DS-CNN, FedAvg, float32 updates."""
+
+    # rounds and data
+    num_rounds: int = 20
+    dataset: str = "fsdd"
+    partition: str = "natural"  # natural | iid | dirichlet
+    num_clients: int = 0  # 0: one client per natural group (speaker)
+    dirichlet_alpha: float = 0.5
+    partition_seed: int = 0
+    # model
+    model: str = "dscnn"
+    model_seed: int = 0  # initial weights; frozen arrays are rebuilt from it on every client
+    freeze: str = "all"  # trainable set: all | head | last:K | bias | names
+    # server strategy (Flower's own)
+    strategy: str = "fedavg"
+    fraction_train: float = 1.0
+    min_train_nodes: int = 2
+    fraction_evaluate: float = 0.0  # federated evaluation on clients; the server always evaluates
+    proximal_mu: float = 0.01  # FedProx
+    server_lr: float = 1.0  # FedAvgM
+    server_momentum: float = 0.9  # FedAvgM
+    adam_eta: float = 0.01  # FedAdam server learning rate
+    adam_tau: float = 0.001  # FedAdam adaptivity
+    trim_beta: float = 0.2  # FedTrimmedAvg: fraction cut at each end
+    krum_malicious: int = 0  # Krum: number of malicious clients to tolerate
+    # local training on each client
+    epochs: int = 1
+    local_steps: int = 0  # > 0: this many steps instead of epochs
+    batch: int = 32
+    lr: float = 0.05
+    optimizer: str = "sgd"  # sgd | adam
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    memory_budget: str = ""  # e.g. "64MB": the batch shrinks until the step fits
+    seed: int = 0  # batch order and top-k rounding; mixed with round and partition
+    # updates
+    codec: str = "none"  # uplink: none | fp16 | int8 | int8-channel | topk:F
+    downlink_codec: str = "none"  # none | fp16 (dense codecs only: clients start from it)
+    # where things happen
+    device: str = ""  # OpenCL device of clients and server evaluation; "" = MGFL_DEVICE or auto
+    eval_batch: int = 100
+    output_dir: str = "mgfl-run"  # checkpoints (round-NNN.npz) and history.json
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object]) -> RunConfig:
+        """Reads ``key = value`` pairs (dashed keys), checking names and types; keys not named
+        here are refused with the list of known ones, so a typo cannot pass silently."""
+        known = {f.name.replace("_", "-"): f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known) - IGNORED_KEYS)
+        if unknown:
+            raise ValueError(
+                f"unknown run-config key(s) {', '.join(unknown)}; known: {', '.join(known)}"
+            )
+        parsed = {}
+        for key, field in known.items():
+            if key in values:
+                parsed[field.name] = _coerce(key, values[key], field.type)
+        config = cls(**parsed)
+        config.check()
+        return config
+
+    def to_mapping(self) -> dict[str, int | float | str]:
+        """Dashed ``key: value`` pairs, as Flower's run config and ConfigRecord hold them."""
+        return {name.replace("_", "-"): value for name, value in asdict(self).items()}
+
+    def check(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy {self.strategy!r}: choose one of {', '.join(STRATEGIES)}")
+        if self.num_rounds < 1:
+            raise ValueError("num-rounds must be at least 1")
+        if not 0.0 < self.fraction_train <= 1.0:
+            raise ValueError("fraction-train must lie in (0, 1]")
+        if not 0.0 <= self.fraction_evaluate <= 1.0:
+            raise ValueError("fraction-evaluate must lie in [0, 1]")
+        if self.batch < 1 or self.eval_batch < 1:
+            raise ValueError("batch and eval-batch must be at least 1")
+        if self.epochs < 1 and self.local_steps < 1:
+            raise ValueError("train at least one epoch or one local step")
+        from mgfl.codecs import get_codec
+
+        get_codec(self.codec)
+        if get_codec(self.downlink_codec).name not in ("none", "fp16"):
+            raise ValueError("downlink-codec must be none or fp16: clients train from what arrives")
+
+
+# Keys the server adds to the training configuration: Flower's round number, and the digest
+# of the frozen arrays (``UpdateLayout.frozen_digest``).
+IGNORED_KEYS = frozenset({"server-round", "frozen-digest"})
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _coerce(key: str, value: object, annotation: str) -> int | float | str:
+    kind = _TYPES[annotation]
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if kind is str and isinstance(value, str):
+        return value
+    raise ValueError(f"run-config {key} = {value!r}: expected {getattr(kind, '__name__', kind)}")

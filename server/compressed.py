@@ -1,0 +1,200 @@
+"""A Flower strategy wrapped so that updates travel encoded and only the trained part of the
+model travels, while the global model stays whole.
+
+Round by round:
+
+1. ``configure_train``: the wrapped strategy samples the nodes and builds its messages from the
+   trainable arrays of the global model (so FedAdam and FedAvgM track exactly those); the wrapper
+   then swaps the message's arrays for one encoded bundle of the travelling arrays (trainable
+   parameters and BatchNorm statistics) in the downlink codec.
+2. Clients reply with a bundle of *changes* (trained minus received), in the uplink codec.
+3. ``aggregate_train``: each reply is decoded and checked (names, shapes, finite values); a reply
+   that fails is logged and left out, never half-used. The wrapped strategy then aggregates
+   ``global + change`` of the trainable arrays, as if clients had sent whole weights. BatchNorm
+   statistics are averaged by sample count whatever the strategy (a server-side Adam step or a
+   median of running variances has no meaning). The result is merged into the full global model:
+   frozen arrays are kept, never dropped.
+
+The byte counts of every round are the lengths of the bundles actually put into and taken out of
+the messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from logging import INFO, WARNING
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg, Strategy
+from flwr.supercore import log
+
+from mgfl.codecs import Codec, CodecError, decode_update, encode_update
+from mgfl.flower_records import bundle_of, bundle_record
+from mgfl.update_layout import UpdateLayout
+
+
+@dataclass
+class RoundTraffic:
+    """Bytes of one round, measured on the encoded bundles."""
+
+    downlink_bytes: int = 0
+    uplink_bytes: int = 0
+    replies: int = 0
+    rejected: int = 0
+    failed: int = 0
+    evaluate_downlink_bytes: int = 0
+
+
+def state_of(record: ArrayRecord) -> dict[str, np.ndarray]:
+    return {name: array.numpy() for name, array in record.items()}
+
+
+def record_of(state: dict[str, np.ndarray]) -> ArrayRecord:
+    return ArrayRecord({name: Array(np.asarray(value)) for name, value in state.items()})
+
+
+class CompressedUpdateStrategy(Strategy):
+    """Decoding, checking and partial-model merging around any of Flower's strategies."""
+
+    def __init__(self, inner: FedAvg, layout: UpdateLayout, downlink_codec: Codec,
+                 extra_config: dict[str, str] | None = None):
+        self.inner = inner
+        self.layout = layout
+        self.downlink_codec = downlink_codec
+        self.extra_config = dict(extra_config or {})
+        self.traffic: dict[int, RoundTraffic] = {}
+        self.client_metrics: dict[int, dict[str, float]] = {}
+        self._global: dict[str, np.ndarray] = {}
+
+    # -- Strategy interface ----------------------------------------------------------------
+    def summary(self) -> None:
+        log(INFO, "\t├──> mgfl: %d trainable + %d buffer arrays travel, %d frozen stay; "
+            "downlink codec %s", len(self.layout.trainable), len(self.layout.buffers),
+            len(self.layout.frozen), self.downlink_codec.spec)
+        self.inner.summary()
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        self._global = state_of(arrays)
+        self._check_complete(self._global)
+        for key, value in self.extra_config.items():
+            config[key] = value
+        trainable = record_of({n: self._global[n] for n in self.layout.trainable})
+        messages = list(self.inner.configure_train(server_round, trainable, config, grid))
+        sent = self._attach_downlink(messages)
+        self.traffic[server_round] = RoundTraffic(downlink_bytes=sent)
+        return messages
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        traffic = self.traffic.setdefault(server_round, RoundTraffic())
+        passed: list[Message] = []
+        buffer_sets: list[tuple[float, dict[str, np.ndarray]]] = []
+        for reply in replies:
+            if reply.has_error():
+                traffic.failed += 1
+                passed.append(reply)  # the wrapped strategy logs it
+                continue
+            traffic.replies += 1
+            try:
+                blob = bundle_of(reply.content, self.inner.arrayrecord_key)
+                traffic.uplink_bytes += len(blob)
+                weights, buffers, examples = self._decode_reply(reply.content, blob)
+            except (CodecError, ValueError, KeyError) as err:
+                traffic.rejected += 1
+                log(WARNING, "round %d: update of node %d rejected: %s", server_round,
+                    reply.metadata.src_node_id, err)
+                continue
+            reply.content = RecordDict({
+                self.inner.arrayrecord_key: record_of(weights),
+                "metrics": self._single_metrics(reply.content),
+            })
+            passed.append(reply)
+            buffer_sets.append((examples, buffers))
+        aggregated, metrics = self.inner.aggregate_train(server_round, passed)
+        if metrics is not None:
+            self.client_metrics[server_round] = {k: v for k, v in metrics.items()
+                                                 if isinstance(v, (int, float))}
+        if aggregated is None:
+            return None, metrics
+        merged = dict(self._global)
+        merged.update({name: np.asarray(array.numpy(), np.float32)
+                       for name, array in aggregated.items()})
+        merged.update(_weighted_mean(buffer_sets, self.layout.buffers))
+        self._check_complete(merged)
+        return record_of(merged), metrics
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        state = state_of(arrays)
+        for key, value in self.extra_config.items():
+            config[key] = value
+        trainable = record_of({n: state[n] for n in self.layout.trainable})
+        messages = list(self.inner.configure_evaluate(server_round, trainable, config, grid))
+        sent = self._attach_downlink(messages, state)
+        self.traffic.setdefault(server_round, RoundTraffic()).evaluate_downlink_bytes = sent
+        return messages
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                           ) -> MetricRecord | None:
+        return self.inner.aggregate_evaluate(server_round, replies)
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _attach_downlink(self, messages: list[Message],
+                         state: dict[str, np.ndarray] | None = None) -> int:
+        """Puts one encoded bundle of the travelling arrays into every message; returns the
+        bytes sent in total."""
+        if not messages:
+            return 0
+        state = self._global if state is None else state
+        travelling = {name: state[name] for name in self.layout.travelling}
+        record = bundle_record(encode_update(travelling, self.downlink_codec).blob)
+        blob_bytes = len(record["update"].data)
+        for message in messages:
+            message.content[self.inner.arrayrecord_key] = record
+        return blob_bytes * len(messages)
+
+    def _decode_reply(self, content: RecordDict, blob: bytes
+                      ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
+        changes = decode_update(blob, self.layout.travelling_shapes())
+        for name, change in changes.items():
+            if not np.all(np.isfinite(change)):
+                raise ValueError(f"the change of {name} holds NaN or infinite values")
+        metrics = self._single_metrics(content)
+        examples = float(metrics[self.inner.weighted_by_key])
+        if not examples > 0:
+            raise ValueError(f"{self.inner.weighted_by_key} = {examples} is not positive")
+
+        def rebuilt(name: str) -> np.ndarray:
+            base = self._global[name]
+            return base + changes[name] if name in changes else base.copy()
+
+        weights = {name: rebuilt(name) for name in self.layout.trainable}
+        buffers = {name: rebuilt(name) for name in self.layout.buffers}
+        return weights, buffers, examples
+
+    def _single_metrics(self, content: RecordDict) -> MetricRecord:
+        records = list(content.metric_records.values())
+        if len(records) != 1:
+            raise ValueError(f"expected one MetricRecord in the reply, found {len(records)}")
+        return records[0]
+
+    def _check_complete(self, state: dict[str, np.ndarray]) -> None:
+        missing = [n for n in self.layout.shapes if n not in state]
+        if missing:
+            raise ValueError(f"the global model lacks {missing[:5]}: it must hold every array")
+
+
+def _weighted_mean(sets: list[tuple[float, dict[str, np.ndarray]]], names: tuple[str, ...]
+                   ) -> dict[str, np.ndarray]:
+    if not sets:
+        return {}
+    total = sum(weight for weight, _ in sets)
+    return {
+        name: (sum(weight * values[name].astype(np.float64) for weight, values in sets)
+               / total).astype(np.float32)
+        for name in names
+    }

@@ -1,0 +1,96 @@
+"""One federated run on the server side: the global model, Flower's strategy wrapped for encoded
+partial updates, evaluation, checkpoints and history each round."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.serverapp import Grid
+
+from mgfl.codecs import get_codec
+from mgfl.run_config import RunConfig
+from mgfl.update_layout import UpdateLayout
+from server.checkpoint import save_checkpoint
+from server.compressed import CompressedUpdateStrategy, RoundTraffic, record_of, state_of
+from server.evaluation import ServerEvaluator
+from server.history import RoundRecord, RunHistory
+from server.strategies import build_flower_strategy
+
+
+class RoundReporter:
+    """Flower's ``evaluate_fn``: called with the global model before round 1 and after every
+    round. Evaluates it, checkpoints it, and records the round."""
+
+    def __init__(self, evaluator, strategy: CompressedUpdateStrategy, history: RunHistory,
+                 checkpoint_dir: Path | None):
+        self.evaluator = evaluator
+        self.strategy = strategy
+        self.history = history
+        self.checkpoint_dir = checkpoint_dir
+        self.started = time.perf_counter()
+
+    def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        state = state_of(arrays)
+        result = self.evaluator(state)
+        path = save_checkpoint(self.checkpoint_dir, server_round, state) \
+            if self.checkpoint_dir else None
+        traffic = self.strategy.traffic.get(server_round, RoundTraffic())
+        self.history.add(RoundRecord(
+            round=server_round,
+            accuracy=float(result["accuracy"]),
+            loss=float(result["loss"]),
+            uplink_bytes=traffic.uplink_bytes,
+            downlink_bytes=traffic.downlink_bytes + traffic.evaluate_downlink_bytes,
+            clients=traffic.replies,
+            rejected=traffic.rejected,
+            failed=traffic.failed,
+            seconds=time.perf_counter() - self.started,
+            checkpoint=str(path) if path else "",
+            client_metrics=self.strategy.client_metrics.get(server_round, {}),
+        ))
+        return MetricRecord({"accuracy": float(result["accuracy"]),
+                             "loss": float(result["loss"])})
+
+
+def prepare(config: RunConfig):
+    """The data set, model, layout and initial state a run with ``config`` uses."""
+    from client_runtime.freezing import resolve_trainable
+    from mgfl.data.registry import load_dataset
+    from mgfl.models.zoo import build_model
+
+    dataset = load_dataset(config.dataset)
+    model = build_model(config.model, input_shape=dataset.input_shape,
+                        num_classes=dataset.num_classes)
+    layout = UpdateLayout.of(model, resolve_trainable(model, config.freeze))
+    initial = {name: np.asarray(value, np.float32)
+               for name, value in model.init_state(config.model_seed).items()}
+    return dataset, model, layout, initial
+
+
+def run_server(grid: Grid, config: RunConfig, evaluator=None) -> RunHistory:
+    """Runs ``config.num_rounds`` rounds on ``grid``; returns the history (also written to
+    ``<output-dir>/history.json`` with a checkpoint per round)."""
+    dataset, model, layout, initial = prepare(config)
+    if evaluator is None:
+        evaluator = ServerEvaluator(model, dataset.x_test, dataset.y_test, config.eval_batch,
+                                    config.device)
+    strategy = CompressedUpdateStrategy(
+        build_flower_strategy(config), layout, get_codec(config.downlink_codec),
+        extra_config={"frozen-digest": layout.frozen_digest(initial)},
+    )
+    output = Path(config.output_dir) if config.output_dir else None
+    history = RunHistory(output / "history.json" if output else None, {
+        "config": config.to_mapping(),
+        "model_parameters": model.parameter_count(),
+        "travelling_values": int(sum(np.prod(layout.shapes[n]) for n in layout.travelling)),
+        "test_samples": int(len(dataset.y_test)),
+    })
+    reporter = RoundReporter(evaluator, strategy, history, output)
+    settings = ConfigRecord(config.to_mapping())
+    strategy.start(grid=grid, initial_arrays=record_of(initial), num_rounds=config.num_rounds,
+                   train_config=settings, evaluate_config=ConfigRecord(config.to_mapping()),
+                   evaluate_fn=reporter)
+    return history
