@@ -11,6 +11,8 @@ Flower ``Context.state``.
 
 from __future__ import annotations
 
+import resource
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -192,6 +194,13 @@ def _store_residuals(context: Context, codec_spec: str, residuals: dict[str, np.
     context.state[RESIDUAL_CODEC_KEY] = ConfigRecord({"codec": codec_spec})
 
 
+def peak_rss_bytes() -> int:
+    """The peak resident memory of this process so far (a Ray actor serves many clients: this
+    staying flat round after round is what bounded memory means)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
 def _round_seed(config: RunConfig, server_round: int, partition_id: int) -> int:
     sequence = np.random.SeedSequence([config.seed, server_round, partition_id])
     return int(sequence.generate_state(1)[0])
@@ -259,6 +268,7 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
         # warm loads binaries instead of compiling
         "programs-compiled": programs["compiled"] - programs_before["compiled"],
         "programs-from-disk": programs["loaded_from_disk"] - programs_before["loaded_from_disk"],
+        "process-peak-rss-bytes": peak_rss_bytes(),
     })
     return RecordDict({"arrays": bundle_record(encoded.blob), METRICS_KEY: metrics})
 

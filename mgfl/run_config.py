@@ -48,8 +48,8 @@ class RunConfig:
     epochs: int = 1
     local_steps: int = 0  # > 0: this many steps instead of epochs
     batch: int = 32
-    lr: float = 0.05
-    optimizer: str = "sgd"  # sgd | adam
+    lr: float = 0.002
+    optimizer: str = "adam"  # adam | sgd (Adam's moments restart every round)
     momentum: float = 0.9
     weight_decay: float = 0.0
     memory_budget: str = ""  # e.g. "64MB": the batch shrinks until the step fits

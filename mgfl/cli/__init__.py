@@ -25,6 +25,7 @@ def _root() -> None:
 # Sub-command modules register themselves on `app` when imported.
 from mgfl.cli import devices  # noqa: E402,F401
 from mgfl.cli import data  # noqa: E402,F401
+from mgfl.cli import simulate  # noqa: E402,F401
 
 
 def main() -> None:
