@@ -34,6 +34,17 @@
 #ifndef ACTIVATION
 #define ACTIVATION 0  // 0 none, 1 relu, 2 relu6
 #endif
+#ifndef USE_FMA
+#define USE_FMA 1  // register kernels: fma() where the device fuses in hardware, else mad()
+#endif
+
+// CPU compilers lower mad() to a multiply and an add; fma() becomes one fused instruction on a
+// device that has it (and a slow software routine on one that has not).
+#if USE_FMA
+#define MULADD(x, y, z) fma((x), (y), (z))
+#else
+#define MULADD(x, y, z) mad((x), (y), (z))
+#endif
 
 #define CAT_(x, y) x##y
 #define CAT(x, y) CAT_(x, y)
@@ -73,8 +84,17 @@ inline float finish(const float acc, const float alpha, const float beta,
 #ifndef KC
 #define KC 256  // k is walked in blocks of KC
 #endif
+#ifndef UNROLL_K
+#define UNROLL_K 1
+#endif
 #ifndef KC_SYNC
 #define KC_SYNC 0  // 1: the work-group's items meet at a barrier after each k block
+#endif
+#ifndef PACK_B
+#define PACK_B 0   // 1: each k block of B is copied to local memory first (needs KC_SYNC)
+#endif
+#if PACK_B && !KC_SYNC
+#error "PACK_B needs KC_SYNC"
 #endif
 #define VEC CAT(float, VW)
 #define VLOAD CAT(vload, VW)
@@ -87,13 +107,37 @@ inline float finish(const float acc, const float alpha, const float beta,
 #define A_AT(r, kk) a[(r) * depth + (kk)]
 #endif
 
+#define PRAGMA_(x) _Pragma(#x)
+#define PRAGMA(x) PRAGMA_(x)
+
+// part += op(A)[rows, k0:k1] @ B[k0:k1, block], B's rows read from `brow` on, `step` apart.
+#define ACCUMULATE_BLOCK(brow, step)                                                   \
+    PRAGMA(unroll UNROLL_K)                                                            \
+    for (int kk = k0; kk < k1; ++kk, brow += (step)) {                                 \
+        VEC bv[NV];                                                                    \
+        _Pragma("unroll") for (int v = 0; v < NV; ++v) bv[v] = VLOAD(v, brow);         \
+        _Pragma("unroll") for (int i = 0; i < RM; ++i) {                               \
+            const VEC av = (VEC)(A_AT(row[i], kk));                                      \
+            _Pragma("unroll") for (int v = 0; v < NV; ++v)                             \
+                part[i][v] = MULADD(av, bv[v], part[i][v]);                            \
+        }                                                                              \
+    }
+
 // D = op(A) @ B with D (rows x cols), op(A) (rows x depth), B stored (depth, cols).
 // Without OUT_T, D is C; with OUT_T, D is C^T and is stored as c[col * rows + row].
+// With PACK_B (which needs KC_SYNC), the work-group first copies each k block of its column
+// panels into b_pack (KC * BLOCK_N floats per work-item column), so that the block is read from
+// contiguous memory instead of rows `cols` floats apart: a power-of-two row length otherwise maps
+// a whole panel onto a few cache sets.
 __kernel void gemm_register(const __global float* restrict a, const __global float* restrict b,
                             __global float* c, const __global float* restrict bias,
                             const int rows, const int cols, const int depth,
                             const float alpha, const float beta,
-                            const int stride_a, const int stride_b, const int stride_c) {
+                            const int stride_a, const int stride_b, const int stride_c
+#if PACK_B
+                            , __local float* b_pack
+#endif
+                            ) {
     // Items past the matrix (the NDRange is rounded up to whole work-groups) compute clamped
     // duplicates and store nothing: with KC_SYNC every item must reach every barrier.
     const int item_col = get_global_id(0) * BLOCK_N;
@@ -122,18 +166,19 @@ __kernel void gemm_register(const __global float* restrict a, const __global flo
 #pragma unroll
             for (int v = 0; v < NV; ++v) part[i][v] = (VEC)(0.0f);
         if (cols >= BLOCK_N) {
+#if PACK_B
+            __local float* panel = b_pack + get_local_id(0) * (KC * BLOCK_N);
+            for (int kk = k0 + (int)get_local_id(1); kk < k1; kk += get_local_size(1))
+#pragma unroll
+                for (int v = 0; v < NV; ++v)
+                    VSTORE(VLOAD(v, b + kk * cols + first_col), v, panel + (kk - k0) * BLOCK_N);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            const __local float* brow = panel;
+            ACCUMULATE_BLOCK(brow, BLOCK_N)
+#else
             const __global float* brow = b + k0 * cols + first_col;
-            for (int kk = k0; kk < k1; ++kk, brow += cols) {
-                VEC bv[NV];
-#pragma unroll
-                for (int v = 0; v < NV; ++v) bv[v] = VLOAD(v, brow);
-#pragma unroll
-                for (int i = 0; i < RM; ++i) {
-                    const VEC av = (VEC)(A_AT(row[i], kk));
-#pragma unroll
-                    for (int v = 0; v < NV; ++v) part[i][v] = mad(av, bv[v], part[i][v]);
-                }
-            }
+            ACCUMULATE_BLOCK(brow, cols)
+#endif
         } else {
             // Narrower than one block: gather each column with a clamped index.
             for (int kk = k0; kk < k1; ++kk) {
@@ -145,7 +190,7 @@ __kernel void gemm_register(const __global float* restrict a, const __global flo
                     const VEC av = (VEC)(A_AT(row[i], kk));
 #pragma unroll
                     for (int v = 0; v < NV; ++v)
-                        part[i][v] = mad(av, VLOAD(v, gathered), part[i][v]);
+                        part[i][v] = MULADD(av, VLOAD(v, gathered), part[i][v]);
                 }
             }
         }
@@ -249,7 +294,7 @@ __kernel void gemm_dot(const __global float* restrict a, const __global float* r
         for (int j = 0; j < DN; ++j) {
             const VEC bv = VLOAD(q, brow[j]);
 #pragma unroll
-            for (int i = 0; i < DM; ++i) acc[i][j] = mad(av[i], bv, acc[i][j]);
+            for (int i = 0; i < DM; ++i) acc[i][j] = MULADD(av[i], bv, acc[i][j]);
         }
     }
 
@@ -262,7 +307,7 @@ __kernel void gemm_dot(const __global float* restrict a, const __global float* r
 #pragma unroll
         for (int i = 0; i < DM; ++i)
 #pragma unroll
-            for (int j = 0; j < DN; ++j) sum[i][j] = mad(arow[i][kk], brow[j][kk], sum[i][j]);
+            for (int j = 0; j < DN; ++j) sum[i][j] = MULADD(arow[i][kk], brow[j][kk], sum[i][j]);
     }
 
 #pragma unroll

@@ -27,14 +27,20 @@ STYLES = {
 }
 
 # Other sizes a tuner may pick; each must stay correct at the edges.
-VARIANTS = [
-    GemmConfig(rows_per_item=1, vector_width=4, vectors_per_row=1, dot_rows=1, dot_cols=1,
-               dot_width=4, group_cols=1, group_rows=1, k_block=5),
-    GemmConfig(rows_per_item=5, vector_width=16, vectors_per_row=1, dot_rows=2, dot_cols=5,
-               dot_width=16, group_cols=2, group_rows=3, k_block=64, sync_k_blocks=True),
-    GemmConfig(use_local_memory=True, tile_m=32, tile_n=16, tile_k=4, wpt_m=8, wpt_n=4),
-    GemmConfig(use_local_memory=True, tile_m=16, tile_n=32, tile_k=12, wpt_m=4, wpt_n=8),
-]
+VARIANTS = {
+    "plain": GemmConfig(rows_per_item=1, vector_width=4, vectors_per_row=1, dot_rows=1,
+                        dot_cols=1, dot_width=4, group_cols=1, group_rows=1, k_block=5,
+                        unroll_k=1, pack_b=False, use_fma=False),
+    "synced": GemmConfig(rows_per_item=5, vector_width=16, vectors_per_row=1, dot_rows=2,
+                         dot_cols=5, dot_width=16, group_cols=2, group_rows=3, k_block=7,
+                         unroll_k=3, pack_b=False, sync_k_blocks=True),
+    "packed": GemmConfig(rows_per_item=3, vector_width=4, vectors_per_row=3, group_cols=3,
+                         group_rows=2, k_block=9),
+    "local-narrow": GemmConfig(use_local_memory=True, tile_m=32, tile_n=16, tile_k=4, wpt_m=8,
+                               wpt_n=4),
+    "local-wide": GemmConfig(use_local_memory=True, tile_m=16, tile_n=32, tile_k=12, wpt_m=4,
+                             wpt_n=8),
+}
 
 
 def _stored_shape(rows: int, cols: int, transposed: bool) -> tuple[int, int]:
@@ -118,8 +124,9 @@ def test_batched_with_shared_operands_and_gaps(device, lib, bufs, rng, style, tr
         assert np.array_equal(out[gaps], c[gaps])
 
 
-@pytest.mark.parametrize("config", VARIANTS, ids=lambda cfg: "variant")
-def test_tuning_variants_stay_correct_at_edges(device, lib, bufs, rng, config):
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_tuning_variants_stay_correct_at_edges(device, lib, bufs, rng, variant):
+    config = VARIANTS[variant]
     sizes = [1, 2, 3, 5, 17] if UNDER_OCLGRIND else [1, 2, 7, 31, 67]
     for trans_a, trans_b in TRANSPOSES:
         m, n, k = (int(s) for s in rng.choice(sizes, 3))
@@ -159,17 +166,32 @@ def test_linear_backward_products_match_finite_differences(device, lib, bufs, rn
     assert_close(bufs.down(bdw, (fout, fin)), numeric_grad(loss_of_w, w), rtol=2e-3)
 
 
+def _fake_device(kind, vendor="", local_mem_size=32768, max_work_group_size=1024, fma=True):
+    """What default_config reads of a cl.Device, for devices this machine does not have."""
+    return SimpleNamespace(
+        type=kind, vendor=vendor, name=f"{vendor} test device", local_mem_size=local_mem_size,
+        max_work_group_size=max_work_group_size,
+        single_fp_config=cl.device_fp_config.FMA if fma else 0,
+    )
+
+
 def test_default_config_follows_the_device_type(device):
-    cpu = SimpleNamespace(type=cl.device_type.CPU, local_mem_size=1 << 19, max_work_group_size=4096)
-    gpu = SimpleNamespace(type=cl.device_type.GPU, local_mem_size=32768, max_work_group_size=1024)
-    small_gpu = SimpleNamespace(type=cl.device_type.GPU, local_mem_size=4096,
-                                max_work_group_size=128)
-    assert not default_config(cpu).use_local_memory
-    assert default_config(gpu).use_local_memory
-    assert default_config(gpu).local_memory_bytes <= 16 * 1024
-    tight = default_config(small_gpu)
-    assert tight.local_memory_bytes <= 4096
-    assert tight.local_group[0] * tight.local_group[1] <= 128
+    cpu = default_config(_fake_device(cl.device_type.CPU, local_mem_size=1 << 19))
+    assert not cpu.use_local_memory and cpu.use_fma and cpu.pack_b
+    assert not default_config(_fake_device(cl.device_type.CPU, fma=False)).use_fma
+    tight_cpu = default_config(_fake_device(cl.device_type.CPU, local_mem_size=1024))
+    assert not tight_cpu.pack_b and tight_cpu.sync_k_blocks
+
+    desktop = default_config(_fake_device(cl.device_type.GPU, "NVIDIA Corporation", 49152))
+    assert desktop.use_local_memory and desktop.tile_m == 128
+    phone = default_config(_fake_device(cl.device_type.GPU, "Qualcomm", 32768))
+    assert phone.use_local_memory and phone.tile_m == 64
+    for limits in [(4096, 128), (1024, 64), (32768, 16)]:
+        small = default_config(_fake_device(cl.device_type.GPU, "ARM", *limits))
+        width, height = small.local_group
+        assert small.local_memory_bytes <= limits[0] and width * height <= limits[1]
+    with pytest.raises(ValueError, match="register-style"):
+        default_config(_fake_device(cl.device_type.GPU, "ARM", 256, 8))
     assert isinstance(default_config(device.cl_device), GemmConfig)
 
 
