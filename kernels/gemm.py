@@ -192,13 +192,19 @@ def gemm(
         defines.update(TRANS_A=int(trans_a and not swap), TRANS_B=0, OUT_T=int(swap))
     defines["GEMM_KERNEL"] = style
 
-    name = KERNEL_NAMES[style]
-    kernel = lib.kernel("gemm", name, defines)
+    # Kernels index with 32-bit integers: the last element of each operand must have an index.
+    for extent in ((batch - 1) * stride_a + m * k, (batch - 1) * stride_b + k * n,
+                   (batch - 1) * stride_c + m * n):
+        as_int(extent)
     global_size, local_size = _geometry(config, style, rows, cols, batch)
     scratch = []
     if style == REGISTER and config.pack_b:
         block_n = config.vector_width * config.vectors_per_row
         scratch.append(cl.LocalMemory(4 * config.k_block * block_n * local_size[0]))
+    _check_fits(lib.device, config, local_size, sum(mem.size for mem in scratch))
+
+    name = KERNEL_NAMES[style]
+    kernel = lib.kernel("gemm", name, defines)
     kernel.set_args(
         first, second, c, bias,
         as_int(rows), as_int(cols), as_int(k), np.float32(alpha), np.float32(beta),
@@ -210,6 +216,17 @@ def gemm(
         bytes_moved=_bytes_moved(m, n, k, batch, stride_a, stride_b, beta, bias),
         keep_alive=[buf for buf in (a, b, c, bias) if buf is not None],
     )
+
+
+def _check_fits(device: cl.Device, config: GemmConfig, local_size, scratch_bytes: int) -> None:
+    items = local_size[0] * local_size[1] * local_size[2]
+    local_bytes = config.local_memory_bytes if config.use_local_memory else scratch_bytes
+    if items > int(device.max_work_group_size) or local_bytes > int(device.local_mem_size):
+        raise ValueError(
+            f"{config} needs work-groups of {items} items and {local_bytes} bytes of local "
+            f"memory; {device.name.strip()} allows {device.max_work_group_size} items and "
+            f"{device.local_mem_size} bytes. Use default_config(device) or smaller groups/tiles."
+        )
 
 
 def _geometry(

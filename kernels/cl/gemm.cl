@@ -2,12 +2,13 @@
 //
 // Three kernels, one per memory hierarchy; GEMM_KERNEL selects which one a program holds, so a
 // build compiles only the kernel it launches:
-//   1 gemm_register  no local memory; each work-item keeps an RM x (NV*VW) block of the result in
-//                    vector registers and streams op(B) rows with vector loads. Made for CPU
-//                    drivers (PoCL), where caches do what local memory does on a GPU. Handles
-//                    op(B) stored (k, n); the host maps A^T @ B^T onto it by computing C^T = B @ A.
-//   2 gemm_dot       no local memory; each work-item keeps DM x DN dot products as VK-wide vectors
-//                    along k, for A @ B^T where both operands are contiguous along k.
+//   1 gemm_register  made for CPU drivers (PoCL): each work-item keeps an RM x (NV*VW) block of
+//                    the result in vector registers and streams rows of B with vector loads, k in
+//                    blocks of KC. Optionally (PACK_B) the work-group copies each k block of its
+//                    B panels to local memory, which on a CPU is cache-resident scratch. Handles
+//                    B stored (k, n); the host maps A^T @ B^T onto it by computing C^T = B @ A.
+//   2 gemm_dot       for A @ B^T, where both operands are contiguous along k: each work-item
+//                    keeps DM x DN dot products as VK-wide vectors along k.
 //   3 gemm_local     GPU style: the work-group stages TILE_M x TILE_K and TILE_K x TILE_N tiles of
 //                    op(A) and op(B) in local memory; each work-item computes WPT_M x WPT_N results.
 //
@@ -117,7 +118,7 @@ inline float finish(const float acc, const float alpha, const float beta,
         VEC bv[NV];                                                                    \
         _Pragma("unroll") for (int v = 0; v < NV; ++v) bv[v] = VLOAD(v, brow);         \
         _Pragma("unroll") for (int i = 0; i < RM; ++i) {                               \
-            const VEC av = (VEC)(A_AT(row[i], kk));                                      \
+            const VEC av = (VEC)(A_AT(row[i], kk));                                    \
             _Pragma("unroll") for (int v = 0; v < NV; ++v)                             \
                 part[i][v] = MULADD(av, bv[v], part[i][v]);                            \
         }                                                                              \

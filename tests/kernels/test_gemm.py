@@ -224,6 +224,16 @@ def test_bad_arguments_are_clear_errors(lib, bufs, kwargs, message):
         gemm(lib, bufs.empty(4), bufs.empty(4), bufs.empty(4), **args)
 
 
+def test_configs_beyond_the_device_and_32_bit_offsets_are_refused(lib, bufs):
+    limit = lib.device.max_work_group_size
+    too_wide = GemmConfig(group_rows=limit + 1, pack_b=False)
+    with pytest.raises(ValueError, match="work-groups of"):
+        gemm(lib, bufs.empty(1), bufs.empty(1), bufs.empty(1), m=6 * (limit + 1), n=16, k=1,
+             config=too_wide)
+    with pytest.raises(OverflowError):
+        gemm(lib, bufs.empty(1), bufs.empty(1), bufs.empty(1), m=50_000, n=1, k=50_000)
+
+
 def test_invalid_configs_are_rejected():
     with pytest.raises(ValueError, match="vector widths"):
         GemmConfig(vector_width=3)
