@@ -50,7 +50,7 @@ class GemmConfig:
     group_cols: int = 1
     group_rows: int = 16
     k_block: int = 128
-    unroll_k: int = 2
+    unroll_k: int = 1
     sync_k_blocks: bool = False
     pack_b: bool = True
     use_fma: bool = True

@@ -108,20 +108,27 @@ inline float finish(const float acc, const float alpha, const float beta,
 #define A_AT(r, kk) a[(r) * depth + (kk)]
 #endif
 
-#define PRAGMA_(x) _Pragma(#x)
-#define PRAGMA(x) PRAGMA_(x)
-
-// part += op(A)[rows, k0:k1] @ B[k0:k1, block], B's rows read from `brow` on, `step` apart.
-#define ACCUMULATE_BLOCK(brow, step)                                                   \
-    PRAGMA(unroll UNROLL_K)                                                            \
-    for (int kk = k0; kk < k1; ++kk, brow += (step)) {                                 \
+// part += op(A)[rows, kk] * B[kk, block] for one k index, B's row kk at `brow_kk`.
+#define ACCUMULATE_ROW(brow_kk, kk)                                                    \
+    {                                                                                  \
         VEC bv[NV];                                                                    \
-        _Pragma("unroll") for (int v = 0; v < NV; ++v) bv[v] = VLOAD(v, brow);         \
+        _Pragma("unroll") for (int v = 0; v < NV; ++v) bv[v] = VLOAD(v, (brow_kk));    \
         _Pragma("unroll") for (int i = 0; i < RM; ++i) {                               \
-            const VEC av = (VEC)(A_AT(row[i], kk));                                    \
+            const VEC av = (VEC)(A_AT(row[i], (kk)));                                  \
             _Pragma("unroll") for (int v = 0; v < NV; ++v)                             \
                 part[i][v] = MULADD(av, bv[v], part[i][v]);                            \
         }                                                                              \
+    }
+
+// part += op(A)[rows, k0:k1] @ B[k0:k1, block], B's rows read from `brow` on, `step` apart;
+// UNROLL_K rows at a time (written out: LLVM does not unroll this loop on request under PoCL).
+#define ACCUMULATE_BLOCK(brow, step)                                                   \
+    {                                                                                  \
+        int kk = k0;                                                                   \
+        for (; kk + UNROLL_K <= k1; kk += UNROLL_K, brow += UNROLL_K * (step))         \
+            _Pragma("unroll") for (int u = 0; u < UNROLL_K; ++u)                       \
+                ACCUMULATE_ROW(brow + u * (step), kk + u)                              \
+        for (; kk < k1; ++kk, brow += (step)) ACCUMULATE_ROW(brow, kk)                 \
     }
 
 // D = op(A) @ B with D (rows x cols), op(A) (rows x depth), B stored (depth, cols).
