@@ -146,6 +146,8 @@ def simulate(
                 status += (f" | up {_fmt_bytes(record['uplink_bytes'])} down "
                            f"{_fmt_bytes(record['downlink_bytes'])} | {record['clients']} "
                            "clients")
+                if record["failed"] or record["rejected"]:
+                    status += f" ({record['failed']} failed, {record['rejected']} rejected)"
             bar.update(task, completed=record["round"], status=status)
 
         add_round_listener(on_round)
@@ -157,6 +159,10 @@ def simulate(
         finally:
             remove_round_listener(on_round)
     _print_summary(history)
+    troubles = [r for r in history["rounds"] if r["failed"] or r["rejected"]]
+    if troubles:
+        console.print(f"[bold yellow]warning:[/] {len(troubles)} round(s) lost client updates "
+                      "(failed clients or rejected updates); run with --verbose to see why")
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(history, indent=2))

@@ -191,3 +191,21 @@ def test_sparse_updates_leave_unsent_arrays_at_the_global_value(flower_identity,
     for name in layout.travelling:
         difference = merged[name] - global_state[name]
         assert set(np.unique(difference)) <= {0.0, 1.0}
+
+
+def test_federated_evaluation_gets_the_encoded_model(flower_identity, grid, rng):
+    layout = layout_for()
+    global_state = grid_state(rng)
+    strategy = CompressedUpdateStrategy(FedAvg(fraction_evaluate=0.5), layout,
+                                        get_codec("none"))
+    messages = list(strategy.configure_evaluate(2, record_of(global_state), ConfigRecord(),
+                                                grid))
+    assert len(messages) == 2
+    received = received_state(messages[0], layout)
+    for name in layout.travelling:
+        np.testing.assert_array_equal(received[name], global_state[name])
+    assert strategy.traffic[2].evaluate_downlink_bytes == 2 * len(bundle_of(messages[0].content))
+    replies = [Message(RecordDict({"metrics": MetricRecord({"num-examples": n, "accuracy": a})}),
+                       reply_to=m) for m, n, a in zip(messages, [1, 3], [0.2, 0.6], strict=True)]
+    metrics = strategy.aggregate_evaluate(2, replies)
+    assert metrics["accuracy"] == pytest.approx(0.5)
