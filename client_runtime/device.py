@@ -146,7 +146,9 @@ def choose_device(selection: str | None = None) -> DeviceInfo:
         matches = [
             d
             for d in devices
-            if wanted in d.name.lower() or wanted in d.vendor.lower() or wanted in d.platform.lower()
+            if wanted in d.name.lower()
+            or wanted in d.vendor.lower()
+            or wanted in d.platform.lower()
         ]
     if not matches:
         listing = "\n  ".join(d.describe() for d in devices)

@@ -1,9 +1,9 @@
 """Builds the OpenCL programs of this package once per device and set of defines.
 
 Compiling a program takes from tens of milliseconds (PoCL) to seconds (a phone's driver), and a
-Flower SuperNode starts a fresh process for every message. Built binaries are therefore kept on disk,
-keyed by the source text, the defines, the build options and the device and driver, so that a second
-process loads them instead of compiling.
+Flower SuperNode starts a fresh process for every message. Built binaries are therefore kept on
+disk, keyed by the source text, the defines, the build options and the device and driver, so
+that a second process loads them instead of compiling.
 """
 
 from __future__ import annotations
@@ -95,7 +95,9 @@ class KernelLibrary:
         self._programs[memo_key] = program
         return program
 
-    def kernel(self, program_name: str, kernel_name: str, defines: Defines | None = None) -> cl.Kernel:
+    def kernel(
+        self, program_name: str, kernel_name: str, defines: Defines | None = None
+    ) -> cl.Kernel:
         """A fresh kernel object, so that each launch can bind its own arguments once."""
         return cl.Kernel(self.program(program_name, defines), kernel_name)
 

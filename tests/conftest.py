@@ -12,7 +12,7 @@ UNDER_OCLGRIND = os.environ.get("MGFL_UNDER_OCLGRIND") == "1"
 
 @pytest.fixture(scope="session")
 def device(tmp_path_factory):
-    """The device named by MGFL_DEVICE (default: the preferred one), with a private program cache."""
+    """The device named by MGFL_DEVICE (default: the preferred one), with a private cache."""
     os.environ.setdefault("MGFL_CACHE_DIR", str(tmp_path_factory.mktemp("mgfl-cache")))
     from client_runtime.device import Device
 

@@ -23,9 +23,13 @@ def _root() -> None:
 
 
 # Sub-command modules register themselves on `app` when imported.
-from mgfl.cli import devices  # noqa: E402,F401
-from mgfl.cli import data  # noqa: E402,F401
-from mgfl.cli import simulate  # noqa: E402,F401
+from mgfl.cli import (  # noqa: E402,F401
+    data,  # noqa: E402,F401
+    devices,
+    memory,
+    simulate,  # noqa: E402,F401
+    train,
+)
 
 
 def main() -> None:

@@ -28,16 +28,35 @@ def devices(
         found = list_devices()
         chosen = choose_device(None).index
     if as_json:
-        typer.echo(json.dumps([{**d.to_dict(), "default": d.index == chosen} for d in found], indent=2))
+        typer.echo(
+            json.dumps([{**d.to_dict(), "default": d.index == chosen} for d in found], indent=2)
+        )
         return
     table = Table(title="OpenCL devices")
-    for col in ("#", "device", "kind", "platform", "driver", "global mem", "CUs", "local mem",
-                "max WG", "fp16"):
+    for col in (
+        "#",
+        "device",
+        "kind",
+        "platform",
+        "driver",
+        "global mem",
+        "CUs",
+        "local mem",
+        "max WG",
+        "fp16",
+    ):
         table.add_column(col)
     for d in found:
         table.add_row(
-            f"{d.index}{'*' if d.index == chosen else ''}", d.name, d.kind, d.platform,
-            d.driver_version, _mib(d.global_mem_bytes), str(d.compute_units),
-            f"{d.local_mem_bytes // 1024} KiB", str(d.max_work_group_size), "yes" if d.fp16 else "no",
+            f"{d.index}{'*' if d.index == chosen else ''}",
+            d.name,
+            d.kind,
+            d.platform,
+            d.driver_version,
+            _mib(d.global_mem_bytes),
+            str(d.compute_units),
+            f"{d.local_mem_bytes // 1024} KiB",
+            str(d.max_work_group_size),
+            "yes" if d.fp16 else "no",
         )
     Console().print(table)

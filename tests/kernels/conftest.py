@@ -24,7 +24,9 @@ class Bufs:
         if array.dtype == np.float64:
             array = array.astype(np.float32)
         flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
-        return cl.Buffer(self.context, flags, hostbuf=array if array.nbytes else np.zeros(1, array.dtype))
+        return cl.Buffer(
+            self.context, flags, hostbuf=array if array.nbytes else np.zeros(1, array.dtype)
+        )
 
     def empty(self, count: int, dtype=np.float32, poison: float = np.nan) -> cl.Buffer:
         """A buffer pre-filled with NaN, so that an element a kernel forgets to write shows up."""
@@ -48,7 +50,9 @@ def rel_error(actual: np.ndarray, expected: np.ndarray) -> float:
     actual = np.asarray(actual, np.float64)
     expected = np.asarray(expected, np.float64)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    assert np.all(np.isfinite(actual)), "kernel output holds NaN or Inf (an element left unwritten?)"
+    assert np.all(np.isfinite(actual)), (
+        "kernel output holds NaN or Inf (an element left unwritten?)"
+    )
     scale = max(float(np.max(np.abs(expected))) if expected.size else 0.0, 1e-30)
     return float(np.max(np.abs(actual - expected))) / scale if expected.size else 0.0
 

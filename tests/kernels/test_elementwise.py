@@ -33,10 +33,13 @@ def test_activation_backward_matches_finite_differences(device, lib, bufs, rng, 
     w = rng.normal(size=n)
     numeric = numeric_grad(lambda v: float(np.sum(ref.activation_forward(kind, v) * w)), x)
     by, bdx = bufs.empty(n), bufs.empty(n)
-    run(device.queue, [
-        elementwise.activation_forward(lib, kind, bufs.up(x), by, n),
-        elementwise.activation_backward(lib, kind, by, bufs.up(w), bdx, n),
-    ])
+    run(
+        device.queue,
+        [
+            elementwise.activation_forward(lib, kind, bufs.up(x), by, n),
+            elementwise.activation_backward(lib, kind, by, bufs.up(w), bdx, n),
+        ],
+    )
     assert_close(bufs.down(bdx, n), numeric, rtol=2e-3)
 
 

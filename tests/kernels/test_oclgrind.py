@@ -1,4 +1,4 @@
-"""Runs every other kernel test under oclgrind, which reports invalid memory accesses and data races.
+"""Runs every other kernel test under oclgrind, which reports invalid accesses and data races.
 
 oclgrind exits 0 even when it finds an error, so the test reads its log. On CI the tool must be
 there (``.ci/run`` installs Debian's ``oclgrind``); elsewhere the test is skipped without it.
@@ -34,8 +34,17 @@ def test_kernel_tests_run_clean_under_oclgrind(tmp_path):
     }
     env.pop("MGFL_DEVICE", None)  # oclgrind's own platform is the only one it lists
     cmd = [
-        oclgrind, "--data-races", "--uninitialized", "--log", str(log),
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        oclgrind,
+        "--data-races",
+        "--uninitialized",
+        "--log",
+        str(log),
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
         str(ROOT / "tests" / "kernels"),
     ]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)

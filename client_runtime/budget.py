@@ -1,0 +1,96 @@
+"""Memory budgets: parse them, and pick the largest batch whose compiled step fits one.
+
+The arena peak of a step is exact before allocation (``step.estimate_memory``), so fitting a budget
+is a search over batch sizes, not a trial of allocations. Peak memory grows monotonically with the
+batch (every activation is proportional to it), so a binary search is exact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kb": 2**10,
+    "kib": 2**10,
+    "m": 2**20,
+    "mb": 2**20,
+    "mib": 2**20,
+    "g": 2**30,
+    "gb": 2**30,
+    "gib": 2**30,
+}
+DEFAULT_BUDGET_FRACTION = 0.25
+
+
+class BudgetTooSmallError(MemoryError):
+    """Even one sample does not fit; the message names the smallest budget that would."""
+
+
+def parse_bytes(text: str | int) -> int:
+    """``"256MB"``, ``"1.5GiB"``, ``"65536"`` -> bytes (binary units: a phone's MB is MiB)."""
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"Cannot read {text!r} as a memory size; write e.g. 256MB, 1.5GB, 65536")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    """How a requested batch runs under a budget: ``micro_batch`` samples per launch,
+    ``accumulation_steps`` launches per optimizer step."""
+
+    requested: int
+    micro_batch: int
+    accumulation_steps: int
+    peak_bytes: int
+    budget_bytes: int
+
+    @property
+    def effective_batch(self) -> int:
+        return self.micro_batch * self.accumulation_steps
+
+
+def largest_fitting_batch(peak_of: Callable[[int], int], budget: int, limit: int) -> int:
+    """The largest batch in [1, limit] with ``peak_of(batch) <= budget``; 0 if none."""
+    if peak_of(1) > budget:
+        return 0
+    lo, hi = 1, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if peak_of(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def choose_batch(peak_of: Callable[[int], int], requested: int, budget: int) -> BatchChoice:
+    """The requested batch if it fits; otherwise a split into equal
+    micro-batches (``requested`` must be a multiple of the micro-batch so the effective batch is
+    unchanged) that fits."""
+    one = peak_of(1)
+    if one > budget:
+        raise BudgetTooSmallError(
+            f"The model does not fit a {format_bytes(budget)} budget even at batch 1: it needs "
+            f"{format_bytes(one)} ({one} bytes). Raise the budget to at least that, or freeze "
+            "layers (--freeze head, bias, last:K)."
+        )
+    if peak_of(requested) <= budget:
+        return BatchChoice(requested, requested, 1, peak_of(requested), budget)
+    fits = largest_fitting_batch(peak_of, budget, requested)
+    micro = max(d for d in range(1, fits + 1) if requested % d == 0)
+    return BatchChoice(requested, micro, requested // micro, peak_of(micro), budget)

@@ -1,0 +1,316 @@
+"""A model compiled for one device, batch size and trainable set: one arena, bound launches.
+
+Compilation orders the launches (``graph``), places every tensor in one arena (``planner``),
+allocates that arena once, uploads the initial state, and binds every kernel's arguments. A
+training step is then: copy the batch and labels up through a mapped staging buffer, enqueue the
+bound launches. Nothing is read back per step; loss and accuracy accumulate on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+import pyopencl as cl
+
+from client_runtime.device import Device
+from client_runtime.graph import CATEGORIES, OptimizerConfig, StepGraph, build_graph
+from client_runtime.planner import MemoryPlan, TensorRequest, plan_memory
+from client_runtime.profiler import StepProfiler
+from client_runtime.staging import StagingRing
+from kernels import elementwise
+from kernels import optimizer as opt_kernels
+from kernels.launch import Launch
+from mgfl.models.model import Model
+
+
+class ArenaTooLargeError(MemoryError):
+    """The planned arena exceeds what the device can allocate in one buffer."""
+
+
+def plan_graph(graph: StepGraph, alignment: int) -> MemoryPlan:
+    """Live intervals over the training ops followed by the evaluation ops; persistent tensors
+    (parameters, optimizer state, staging targets, accumulators) live throughout."""
+    ops = graph.train_ops + graph.update_ops + graph.eval_ops
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for pos, op in enumerate(ops):
+        for name in (*op.reads, *op.writes):
+            first.setdefault(name, pos)
+            last[name] = pos
+    end = max(len(ops) - 1, 0)
+    requests = []
+    for name, tensor in graph.tensors.items():
+        if tensor.persistent:
+            lo, hi = 0, end
+        elif name in first:
+            lo, hi = first[name], last[name]
+        else:
+            continue  # declared but never used by any op: nothing to place
+        requests.append(TensorRequest(name, tensor.nbytes, lo, hi, tensor.category))
+    return plan_memory(requests, alignment)
+
+
+def default_alignment(device_align_bytes: int) -> int:
+    return max(256, device_align_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The exact arena of a compiled step, known before allocation."""
+
+    peak_bytes: int
+    by_category: dict[str, int]
+    batch: int
+
+    def to_dict(self) -> dict:
+        return {"peak_bytes": self.peak_bytes, "batch": self.batch, **self.by_category}
+
+
+def estimate_memory(
+    model: Model,
+    batch: int,
+    trainable: set[str] | None = None,
+    optimizer: OptimizerConfig | None = None,
+    alignment: int = 256,
+    accumulate_gradients: bool = False,
+) -> MemoryEstimate:
+    """Peak arena bytes of the step ``compile_step`` would build, without any device."""
+    trainable = set(model.parameter_shapes()) if trainable is None else set(trainable)
+    graph = build_graph(
+        model,
+        batch,
+        trainable,
+        optimizer or OptimizerConfig(),
+        accumulate_gradients=accumulate_gradients,
+    )
+    plan = plan_graph(graph, alignment)
+    by_cat = {c: 0 for c in CATEGORIES}
+    by_cat.update(plan.bytes_by_category())
+    return MemoryEstimate(plan.peak_bytes, by_cat, batch)
+
+
+class CompiledStep:
+    """Training and evaluation of one model on one device, resident in one arena."""
+
+    def __init__(
+        self,
+        device: Device,
+        model: Model,
+        batch: int,
+        state: dict[str, np.ndarray],
+        trainable: set[str] | None = None,
+        optimizer: OptimizerConfig | None = None,
+        profile: bool = True,
+        poison: bool = False,
+        poison_freed: bool = False,
+        accumulation_steps: int = 1,
+    ):
+        if batch % accumulation_steps:
+            raise ValueError(
+                f"batch {batch} is not a multiple of {accumulation_steps} micro-batches"
+            )
+        self.device = device
+        self.model = model
+        self.batch = batch
+        self.accumulation_steps = accumulation_steps
+        self.micro_batch = batch // accumulation_steps
+        self.optimizer = optimizer or OptimizerConfig()
+        trainable = set(model.parameter_shapes()) if trainable is None else set(trainable)
+        self.graph = build_graph(
+            model,
+            self.micro_batch,
+            trainable,
+            self.optimizer,
+            accumulate_gradients=accumulation_steps > 1,
+            grad_scale=1.0 / batch,
+        )
+        self.plan = plan_graph(self.graph, default_alignment(device.info.mem_base_addr_align_bytes))
+        if self.plan.peak_bytes > device.info.max_alloc_bytes:
+            raise ArenaTooLargeError(
+                f"The step needs a {self.plan.peak_bytes / 2**20:.1f} MiB arena but "
+                f"{device.info.name} allocates at most "
+                f"{device.info.max_alloc_bytes / 2**20:.0f} MiB"
+                " in one buffer; use a smaller batch or freeze layers."
+            )
+        ctx, queue = device.context, device.queue
+        self.arena = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(self.plan.peak_bytes, 1))
+        if poison:  # NaN everywhere: a kernel that reads what nobody wrote produces NaN
+            cl.enqueue_fill_buffer(queue, self.arena, np.float32(np.nan), 0, self.plan.peak_bytes)
+        self.views = {
+            name: self.arena.get_sub_region(p.offset, max(p.request.nbytes, 1))
+            for name, p in self.plan.placements.items()
+        }
+        self._upload_initial_state(state)
+        lib = device.kernels
+        self._poison_freed = poison_freed
+        graph = self.graph
+        self.train_launches = self._bind(graph.train_ops, lib, 0)
+        self.accumulated_update_launches = self._bind(graph.update_ops, lib, len(graph.train_ops))
+        self.eval_launches = self._bind(
+            graph.eval_ops, lib, len(graph.train_ops) + len(graph.update_ops)
+        )
+        self.update_launches = [
+            launch
+            for op in graph.train_ops + graph.update_ops
+            if op.name.endswith(".update")
+            for launch in self._launches_of[op.name]
+        ]
+        x_shape = (self.micro_batch, *model.input_shape)
+        self.staging = StagingRing(device, x_shape, (self.micro_batch,))
+        self.profiler = StepProfiler(enabled=profile)
+        self.steps_done = 0
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _bind(self, ops, lib, first_position: int) -> list[Launch]:
+        if not hasattr(self, "_launches_of"):
+            self._launches_of: dict[str, list[Launch]] = {}
+        freed_at: dict[int, list[str]] = {}
+        if self._poison_freed:
+            for name, placement in self.plan.placements.items():
+                tensor = self.graph.tensors[name]
+                if not tensor.persistent and tensor.dtype == np.float32:
+                    freed_at.setdefault(placement.request.last, []).append(name)
+        launches: list[Launch] = []
+        for pos, op in enumerate(ops, start=first_position):
+            bound = op.emit(lib, self.views)
+            self._launches_of[op.name] = bound
+            launches.extend(bound)
+            for name in freed_at.get(pos, []):  # NaN into what no later launch may read
+                count = int(np.prod(self.graph.tensors[name].shape))
+                launches.append(elementwise.fill(lib, self.views[name], float("nan"), count))
+        return launches
+
+    def _write(self, name: str, array: np.ndarray) -> None:
+        tensor = self.graph.tensors[name]
+        data = np.ascontiguousarray(array, dtype=tensor.dtype).reshape(tensor.shape)
+        cl.enqueue_copy(self.device.queue, self.views[name], data, is_blocking=True)
+
+    def _upload_initial_state(self, state: dict[str, np.ndarray]) -> None:
+        missing = [n for n in (*self.graph.params, *self.graph.buffers) if n not in state]
+        if missing:
+            raise ValueError(f"The initial state lacks {missing[:5]}")
+        self.set_state(state)
+        for name, tensor in self.graph.tensors.items():
+            if tensor.category == "optimizer_state" or (
+                tensor.category == "gradients" and tensor.persistent
+            ):
+                self._write(name, np.zeros(tensor.shape, np.float32))
+        self._write("train_stats", np.zeros(3, np.float32))
+        self._write("eval_stats", np.zeros(3, np.float32))
+        self._write("step", np.ones(1, np.int32))
+
+    # -- state -------------------------------------------------------------------------------
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Upload parameters and buffers (e.g. the global model of a new round)."""
+        for name in (*self.graph.params, *self.graph.buffers):
+            if name in state:
+                expected = self.graph.tensors[name].shape
+                if tuple(np.shape(state[name])) != expected:
+                    raise ValueError(
+                        f"{name} has shape {np.shape(state[name])}, the model expects {expected}"
+                    )
+                self._write(name, state[name])
+
+    def get_state(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Read parameters and buffers back: the only device-to-host copy of weights."""
+        names = names or [*self.graph.params, *self.graph.buffers]
+        out = {}
+        for name in names:
+            tensor = self.graph.tensors[name]
+            out[name] = np.empty(tensor.shape, tensor.dtype)
+            cl.enqueue_copy(self.device.queue, out[name], self.views[name], is_blocking=False)
+        self.device.queue.finish()
+        self.profiler.count_d2h(sum(a.nbytes for a in out.values()))
+        return out
+
+    def set_learning_rate(self, lr: float) -> None:
+        opt_kernels.set_learning_rate(self.update_launches, lr)
+
+    # -- running -----------------------------------------------------------------------------
+    def _upload_batch(self, x: np.ndarray, y: np.ndarray) -> cl.Event:
+        if x.shape[0] != self.micro_batch or y.shape[0] != self.micro_batch:
+            raise ValueError(f"batch of {x.shape[0]} samples, compiled for {self.micro_batch}")
+        event = self.staging.send(x, y, self.views["input"], self.views["labels"])
+        self.profiler.count_h2d(self.staging.nbytes, event)
+        return event
+
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> None:
+        """One step: upload the batch, enqueue forward, loss, backward and updates. Returns
+        without waiting for the device."""
+        if len(y) != self.batch:
+            raise ValueError(f"batch of {len(y)} samples, compiled for {self.batch}")
+        queue, m = self.device.queue, self.micro_batch
+        for start in range(0, self.batch, m):
+            self._upload_batch(x[start : start + m], y[start : start + m])
+            self.profiler.run(queue, self.train_launches, count_step=False)
+        if self.accumulation_steps > 1:
+            self.profiler.run(queue, self.accumulated_update_launches, count_step=False)
+        self.profiler.steps += 1
+        self.steps_done += 1
+
+    def eval_batch(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Evaluation-mode forward; labels of -1 are not counted (padding of a last batch)."""
+        self._upload_batch(x, y)
+        self.profiler.run(self.device.queue, self.eval_launches, count_step=False)
+
+    def _read_stats(self, name: str, reset: bool) -> dict:
+        stats = np.empty(3, np.float32)
+        cl.enqueue_copy(self.device.queue, stats, self.views[name], is_blocking=True)
+        self.profiler.count_d2h(stats.nbytes, per_step=False)
+        if reset:
+            self._write(name, np.zeros(3, np.float32))
+        count = float(stats[2])
+        return {
+            "loss": float(stats[0]) / count if count else float("nan"),
+            "accuracy": float(stats[1]) / count if count else float("nan"),
+            "samples": int(round(count)),
+        }
+
+    def read_train_stats(self, reset: bool = True) -> dict:
+        """Mean loss and accuracy since the last read, accumulated on the device."""
+        return self._read_stats("train_stats", reset)
+
+    def read_eval_stats(self, reset: bool = True) -> dict:
+        return self._read_stats("eval_stats", reset)
+
+    def evaluate(self, x: np.ndarray, y: np.ndarray) -> dict:
+        """Loss and accuracy over a whole set; the last batch is padded with ignored labels."""
+        self.read_eval_stats(reset=True)
+        n, m = len(y), self.micro_batch
+        for start in range(0, n, m):
+            xb, yb = x[start : start + m], y[start : start + m]
+            if len(yb) < m:
+                pad = m - len(yb)
+                xb = np.concatenate([xb, np.zeros((pad, *xb.shape[1:]), xb.dtype)])
+                yb = np.concatenate([yb, np.full(pad, -1, yb.dtype)])
+            self.eval_batch(xb, yb)
+        return self.read_eval_stats(reset=True)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.plan.peak_bytes
+
+    @property
+    def h2d_bytes_per_step(self) -> int:
+        return self.staging.nbytes * self.accumulation_steps
+
+    def launches_per_step(self) -> int:
+        return len(self.train_launches)
+
+    def input_elements(self) -> int:
+        return prod((self.batch, *self.model.input_shape))
+
+
+def compile_step(
+    device: Device,
+    model: Model,
+    batch: int,
+    state: dict[str, np.ndarray],
+    trainable: set[str] | None = None,
+    optimizer: OptimizerConfig | None = None,
+    **kwargs,
+) -> CompiledStep:
+    """Compile ``model`` for ``device`` at ``batch`` samples per step."""
+    return CompiledStep(device, model, batch, state, trainable, optimizer, **kwargs)

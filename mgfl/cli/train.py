@@ -1,0 +1,164 @@
+"""``mgfl train``: centralised training of a zoo model on one OpenCL device."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from mgfl.cli import app
+from mgfl.cli.errors import user_errors
+
+console = Console()
+
+
+def synthetic_spec(model_name: str) -> str:
+    """``--data synthetic``: random inputs of the model's default shape."""
+    from mgfl.models.zoo import ZOO
+
+    if model_name not in ZOO:
+        raise ValueError(f"Unknown model {model_name!r}; the zoo holds {', '.join(sorted(ZOO))}")
+    entry = ZOO[model_name]
+    shape = ",".join(str(s) for s in entry.default_input_shape)
+    return f"synthetic:{shape}:{entry.default_num_classes}"
+
+
+def load_for_model(data: str, model_name: str, **model_options):
+    """The data set and the zoo model shaped for it (input shape and class count)."""
+    from mgfl.data.registry import load_dataset
+    from mgfl.models.zoo import build_model
+
+    spec = synthetic_spec(model_name) if data == "synthetic" else data
+    dataset = load_dataset(spec)
+    model = build_model(
+        model_name,
+        input_shape=dataset.input_shape,
+        num_classes=dataset.num_classes,
+        **model_options,
+    )
+    return dataset, model
+
+
+def _fmt_bytes(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
+@app.command()
+def train(
+    model: str = typer.Option("dscnn", help="Zoo model: mlp, lenet5, dscnn, mobilenetv2, cnn1d."),
+    data: str = typer.Option(
+        "fsdd",
+        help="fsdd (embedded), fsdd:/path/to/recordings, watch, mnist, fashion-mnist, "
+        "or synthetic (random inputs of the model's shape).",
+    ),
+    batch: int = typer.Option(32, min=1, help="Samples per step."),
+    epochs: int = typer.Option(10, min=1, help="Passes over the training set."),
+    steps: int = typer.Option(None, min=1, help="Train this many steps instead of --epochs."),
+    lr: float = typer.Option(0.05, help="Learning rate."),
+    optimizer: str = typer.Option("sgd", help="sgd (with momentum) or adam."),
+    momentum: float = typer.Option(0.9, help="SGD momentum."),
+    weight_decay: float = typer.Option(0.0, help="L2 weight decay."),
+    nesterov: bool = typer.Option(False, help="Nesterov momentum."),
+    freeze: str = typer.Option("all", help="Trainable set: all, head, last:K, bias, or names."),
+    device: str = typer.Option(
+        None,
+        help="OpenCL device (index, gpu/cpu, or part of its name); "
+        "default MGFL_DEVICE, else a GPU if present.",
+    ),
+    seed: int = typer.Option(0, help="Seed of initial weights and batch order."),
+    json_path: Path = typer.Option(None, "--json", help="Write the results to this JSON file."),
+    save: Path = typer.Option(None, help="Save the trained weights to this .npz file."),
+) -> None:
+    """Train a model on one OpenCL device with every tensor resident on it: per step only the
+    batch goes up, nothing comes back until a report. Prints loss, accuracy, median step time,
+    samples/s, the share of device time spent moving data, and the arena's peak memory."""
+    from client_runtime.device import Device
+    from client_runtime.freezing import resolve_trainable
+    from client_runtime.graph import OptimizerConfig
+    from client_runtime.trainer import TrainConfig
+    from client_runtime.trainer import train as run_training
+
+    with user_errors():
+        dataset, net = load_for_model(data, model)
+        dev = Device.open(device)
+        trainable = resolve_trainable(net, freeze)
+        opt = OptimizerConfig(
+            name=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov
+        )
+        config = TrainConfig(batch=batch, epochs=epochs, steps=steps, seed=seed)
+        state = net.init_state(seed)
+    console.print(
+        f"[bold]{net.name}[/] ({net.parameter_count():,} parameters, {len(trainable)} trainable "
+        f"arrays) on [bold]{dataset.name}[/] ({len(dataset.y_train):,} train / "
+        f"{len(dataset.y_test):,} test) | device {dev.info.describe()}"
+    )
+    columns = (
+        TextColumn("training"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar, user_errors():
+        task = bar.add_task("train", total=None)
+
+        def progress(done: int, total: int, _info) -> None:
+            bar.update(task, completed=done, total=total)
+
+        result, step = run_training(
+            dev,
+            net,
+            state,
+            dataset.x_train,
+            dataset.y_train,
+            config,
+            opt,
+            trainable,
+            dataset.x_test,
+            dataset.y_test,
+            progress=progress,
+        )
+    _print_result(result, batch)
+    payload = {
+        "model": net.name,
+        "data": dataset.name,
+        "device": dev.info.to_dict(),
+        "batch": batch,
+        "optimizer": opt.__dict__,
+        "freeze": freeze,
+        "launches_per_step": step.launches_per_step(),
+        **result.to_dict(),
+    }
+    if json_path:
+        json_path.write_text(json.dumps(payload, indent=2))
+        console.print(f"results written to {json_path}")
+    if save:
+        import numpy as np
+
+        np.savez(save, **step.get_state())
+        console.print(f"weights written to {save}")
+
+
+def _print_result(result, batch: int) -> None:
+    table = Table(show_header=False, box=None)
+    rows = [
+        ("final training loss", f"{result.final_loss:.4f}"),
+        ("training accuracy (last epoch)", f"{result.train_accuracy:.2%}"),
+    ]
+    if result.accuracy is not None:
+        rows.append(("test accuracy", f"{result.accuracy:.2%}"))
+    rows += [
+        ("median step time", f"{result.step_time_s * 1e3:.2f} ms (batch {batch})"),
+        ("samples/s", f"{result.samples_per_s:,.0f}"),
+        ("data-movement share", f"{result.data_movement_share:.2%} of device time"),
+        ("host->device per step", _fmt_bytes(result.h2d_bytes_per_step)),
+        ("device->host per step", _fmt_bytes(result.d2h_bytes_per_step)),
+        ("peak device memory (arena)", _fmt_bytes(result.peak_device_bytes)),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
