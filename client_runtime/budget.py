@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _UNITS = {
     "": 1,
@@ -58,6 +58,7 @@ class BatchChoice:
     accumulation_steps: int
     peak_bytes: int
     budget_bytes: int
+    recompute_segments: int = 0
 
     @property
     def effective_batch(self) -> int:
@@ -94,3 +95,53 @@ def choose_batch(peak_of: Callable[[int], int], requested: int, budget: int) -> 
     fits = largest_fitting_batch(peak_of, budget, requested)
     micro = max(d for d in range(1, fits + 1) if requested % d == 0)
     return BatchChoice(requested, micro, requested // micro, peak_of(micro), budget)
+
+
+def staging_bytes(model, micro_batch: int, slots: int = 2) -> int:
+    """Host-visible staging buffers of a step (inputs and labels, double-buffered)."""
+    from math import prod
+
+    return slots * micro_batch * (prod(model.input_shape) + 1) * 4
+
+
+def default_segments(model) -> int:
+    """About the square root of the layer count: the classic checkpointing trade-off (memory of
+    O(sqrt(n)) activations for one extra forward)."""
+    return max(2, round(len(model.resolve()) ** 0.5))
+
+
+def fit_to_budget(
+    model,
+    batch: int,
+    trainable: set[str],
+    optimizer,
+    budget: int,
+    alignment: int = 256,
+    conv_impl: str = "gemm",
+) -> BatchChoice:
+    """How ``batch`` runs within ``budget`` bytes of device memory (arena plus staging): whole,
+    as micro-batches, or, when not even one sample fits, with recomputation by segments."""
+    from client_runtime.step import estimate_memory
+
+    def peak_with(segments: int):
+        def peak_of(micro: int) -> int:
+            arena = estimate_memory(
+                model,
+                micro,
+                trainable,
+                optimizer,
+                alignment,
+                accumulate_gradients=micro != batch,
+                conv_impl=conv_impl,
+                recompute_segments=segments,
+            )
+            return arena.peak_bytes + staging_bytes(model, micro)
+
+        return peak_of
+
+    try:
+        return choose_batch(peak_with(0), batch, budget)
+    except BudgetTooSmallError:
+        segments = default_segments(model)
+        choice = choose_batch(peak_with(segments), batch, budget)
+        return replace(choice, recompute_segments=segments)

@@ -87,22 +87,34 @@ def client_data(config: RunConfig, partition_id: int, num_partitions: int) -> Cl
         clients = config.num_clients or num_partitions
         if not 0 <= partition_id < clients:
             raise ValueError(f"partition-id {partition_id} outside 0..{clients - 1}")
-        kwargs = {"scheme": config.partition, "num_clients": clients,
-                  "alpha": config.dirichlet_alpha, "seed": config.partition_seed}
+        kwargs = {
+            "scheme": config.partition,
+            "num_clients": clients,
+            "alpha": config.dirichlet_alpha,
+            "seed": config.partition_seed,
+        }
         train_idx = partition(dataset.y_train, dataset.groups_train, **kwargs)[partition_id]
-        test_parts = (partition(dataset.y_test, dataset.groups_test, **kwargs)
-                      if len(dataset.y_test) >= clients else None)
+        test_parts = (
+            partition(dataset.y_test, dataset.groups_test, **kwargs)
+            if len(dataset.y_test) >= clients
+            else None
+        )
         test_idx = test_parts[partition_id] if test_parts else np.zeros(0, np.int64)
-    return ClientData(dataset.x_train[train_idx], dataset.y_train[train_idx],
-                      dataset.x_test[test_idx], dataset.y_test[test_idx])
+    return ClientData(
+        dataset.x_train[train_idx],
+        dataset.y_train[train_idx],
+        dataset.x_test[test_idx],
+        dataset.y_test[test_idx],
+    )
 
 
 def _model(config: RunConfig):
     from mgfl.models.zoo import build_model
 
     dataset = _dataset(config.dataset)
-    return build_model(config.model, input_shape=dataset.input_shape,
-                       num_classes=dataset.num_classes)
+    return build_model(
+        config.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes
+    )
 
 
 def _node_partition(context: Context) -> tuple[int, int]:
@@ -110,13 +122,14 @@ def _node_partition(context: Context) -> tuple[int, int]:
     if "partition-id" not in node or "num-partitions" not in node:
         raise ValueError(
             "this node has no partition: start it with --node-config "
-            "\"partition-id=I num-partitions=N\" (the simulation sets both itself)"
+            '"partition-id=I num-partitions=N" (the simulation sets both itself)'
         )
     return int(node["partition-id"]), int(node["num-partitions"])
 
 
-def _received_state(content: RecordDict, config: RunConfig, model, layout: UpdateLayout,
-                    digest: str | None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
+def _received_state(
+    content: RecordDict, config: RunConfig, model, layout: UpdateLayout, digest: str | None
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], int]:
     """Frozen arrays rebuilt from the model seed, and the travelling arrays as received."""
     blob = bundle_of(content)
     received = decode_update(blob, layout.travelling_shapes())
@@ -133,8 +146,15 @@ def _received_state(content: RecordDict, config: RunConfig, model, layout: Updat
     return state, received, len(blob)
 
 
-def _batch_for(model, requested: int, samples: int, trainable: set[str],
-               optimizer: OptimizerConfig, device: Device, budget: str) -> int:
+def _batch_for(
+    model,
+    requested: int,
+    samples: int,
+    trainable: set[str],
+    optimizer: OptimizerConfig,
+    device: Device,
+    budget: str,
+) -> int:
     batch = max(1, min(requested, samples))
     if not budget:
         return batch
@@ -153,8 +173,9 @@ def _batch_for(model, requested: int, samples: int, trainable: set[str],
     return fits
 
 
-def _compiled_step(device: Device, model, batch: int, state: dict, trainable: set[str],
-                   optimizer: OptimizerConfig) -> CompiledStep:
+def _compiled_step(
+    device: Device, model, batch: int, state: dict, trainable: set[str], optimizer: OptimizerConfig
+) -> CompiledStep:
     key = (model, batch, frozenset(trainable), optimizer, device.info.cache_key)
     step = _steps.get(key)
     if step is None:
@@ -218,17 +239,24 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     trainable = resolve_trainable(model, config.freeze)
     layout = UpdateLayout.of(model, trainable)
     state, received, downlink_bytes = _received_state(
-        content, config, model, layout, settings.get("frozen-digest"))
+        content, config, model, layout, settings.get("frozen-digest")
+    )
     device = _device(config.device)
     programs_before = dict(device.kernels.stats)
-    optimizer = OptimizerConfig(name=config.optimizer, lr=config.lr, momentum=config.momentum,
-                                weight_decay=config.weight_decay)
-    batch = _batch_for(model, config.batch, len(data.y_train), trainable, optimizer, device,
-                       config.memory_budget)
+    optimizer = OptimizerConfig(
+        name=config.optimizer,
+        lr=config.lr,
+        momentum=config.momentum,
+        weight_decay=config.weight_decay,
+    )
+    batch = _batch_for(
+        model, config.batch, len(data.y_train), trainable, optimizer, device, config.memory_budget
+    )
     step = _compiled_step(device, model, batch, state, trainable, optimizer)
     seed = _round_seed(config, server_round, partition_id)
-    train_config = TrainConfig(batch=batch, epochs=config.epochs,
-                               steps=config.local_steps or None, seed=seed)
+    train_config = TrainConfig(
+        batch=batch, epochs=config.epochs, steps=config.local_steps or None, seed=seed
+    )
     has_test = len(data.y_test) > 0
     x_eval, y_eval = (data.x_test, data.y_test) if has_test else (data.x_train, data.y_train)
     mu = float(settings.get("proximal-mu", 0.0)) if config.strategy == "fedprox" else 0.0
@@ -236,11 +264,33 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     if mu > 0:
         anchors = {name: received[name] for name in layout.trainable}
         with ProximalPull(step, anchors, mu, config.lr):
-            result, step = train(device, model, state, data.x_train, data.y_train, train_config,
-                                 optimizer, trainable, x_eval, y_eval, step=step)
+            result, step = train(
+                device,
+                model,
+                state,
+                data.x_train,
+                data.y_train,
+                train_config,
+                optimizer,
+                trainable,
+                x_eval,
+                y_eval,
+                step=step,
+            )
     else:
-        result, step = train(device, model, state, data.x_train, data.y_train, train_config,
-                             optimizer, trainable, x_eval, y_eval, step=step)
+        result, step = train(
+            device,
+            model,
+            state,
+            data.x_train,
+            data.y_train,
+            train_config,
+            optimizer,
+            trainable,
+            x_eval,
+            y_eval,
+            step=step,
+        )
     train_seconds = time.perf_counter() - started
     trained = step.get_state(list(layout.travelling))
     changes = {name: trained[name] - received[name] for name in layout.travelling}
@@ -250,26 +300,29 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     if codec.error_feedback:
         _store_residuals(context, codec.spec, encoded.residuals)
     programs = device.kernels.stats
-    metrics = MetricRecord({
-        "num-examples": int(len(data.y_train)),
-        "train-loss": float(result.final_loss),
-        "train-accuracy": float(result.train_accuracy),
-        "loss": float(result.test_loss),
-        "accuracy": float(result.accuracy),
-        "train-time-s": float(train_seconds),
-        "step-time-s": float(result.step_time_s),
-        "data-movement-share": float(result.data_movement_share),
-        "peak-device-bytes": int(result.peak_device_bytes),
-        "uplink-bytes": int(encoded.nbytes),
-        "downlink-bytes": int(downlink_bytes),
-        "batch": int(batch),
-        "steps": int(result.steps),
-        # what this message cost in OpenCL program builds: a process that finds the disk cache
-        # warm loads binaries instead of compiling
-        "programs-compiled": programs["compiled"] - programs_before["compiled"],
-        "programs-from-disk": programs["loaded_from_disk"] - programs_before["loaded_from_disk"],
-        "process-peak-rss-bytes": peak_rss_bytes(),
-    })
+    metrics = MetricRecord(
+        {
+            "num-examples": int(len(data.y_train)),
+            "train-loss": float(result.final_loss),
+            "train-accuracy": float(result.train_accuracy),
+            "loss": float(result.test_loss),
+            "accuracy": float(result.accuracy),
+            "train-time-s": float(train_seconds),
+            "step-time-s": float(result.step_time_s),
+            "data-movement-share": float(result.data_movement_share),
+            "peak-device-bytes": int(result.peak_device_bytes),
+            "uplink-bytes": int(encoded.nbytes),
+            "downlink-bytes": int(downlink_bytes),
+            "batch": int(batch),
+            "steps": int(result.steps),
+            # what this message cost in OpenCL program builds: a process that finds the disk cache
+            # warm loads binaries instead of compiling
+            "programs-compiled": programs["compiled"] - programs_before["compiled"],
+            "programs-from-disk": programs["loaded_from_disk"]
+            - programs_before["loaded_from_disk"],
+            "process-peak-rss-bytes": peak_rss_bytes(),
+        }
+    )
     return RecordDict({"arrays": bundle_record(encoded.blob), METRICS_KEY: metrics})
 
 
@@ -285,13 +338,22 @@ def evaluate_round(content: RecordDict, context: Context) -> RecordDict:
     layout = UpdateLayout.of(model, trainable)
     state, _, _ = _received_state(content, config, model, layout, settings.get("frozen-digest"))
     device = _device(config.device)
-    x_eval, y_eval = (data.x_test, data.y_test) if len(data.y_test) else (data.x_train,
-                                                                           data.y_train)
+    x_eval, y_eval = (
+        (data.x_test, data.y_test) if len(data.y_test) else (data.x_train, data.y_train)
+    )
     batch = max(1, min(config.eval_batch, len(y_eval)))
     step = _compiled_step(device, model, batch, state, set(), OptimizerConfig())
-    result = step.evaluate(np.ascontiguousarray(x_eval, np.float32),
-                           np.ascontiguousarray(y_eval, np.int32))
-    return RecordDict({METRICS_KEY: MetricRecord({
-        "num-examples": int(len(y_eval)), "loss": float(result["loss"]),
-        "accuracy": float(result["accuracy"]),
-    })})
+    result = step.evaluate(
+        np.ascontiguousarray(x_eval, np.float32), np.ascontiguousarray(y_eval, np.int32)
+    )
+    return RecordDict(
+        {
+            METRICS_KEY: MetricRecord(
+                {
+                    "num-examples": int(len(y_eval)),
+                    "loss": float(result["loss"]),
+                    "accuracy": float(result["accuracy"]),
+                }
+            )
+        }
+    )

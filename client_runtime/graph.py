@@ -22,6 +22,7 @@ from math import prod
 
 import numpy as np
 
+from client_runtime import conv_lowering
 from kernels import (
     batchnorm,
     conv2d,
@@ -46,6 +47,7 @@ GRADIENTS = "gradients"
 OPTIMIZER_STATE = "optimizer_state"
 ACTIVATIONS = "activations"
 WORKSPACE = "workspace"
+CONV_IMPLS = ("gemm", "direct")  # dense convolutions: im2col + GEMM, or the direct kernels
 CATEGORIES = (PARAMETERS, GRADIENTS, OPTIMIZER_STATE, ACTIVATIONS, WORKSPACE)
 
 
@@ -130,7 +132,11 @@ class _Builder:
         trainable: set[str],
         opt: OptimizerConfig,
         accumulate_gradients: bool,
+        conv_impl: str = "gemm",
     ):
+        if conv_impl not in CONV_IMPLS:
+            raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {conv_impl!r}")
+        self.conv_impl = conv_impl
         self.model = model
         self.n = batch
         self.trainable = trainable
@@ -151,7 +157,9 @@ class _Builder:
         return name
 
     def op(self, name, phase, reads, writes, emit) -> None:
-        self.ops.append(Op(name, phase, tuple(r for r in reads if r), tuple(writes), emit))
+        self.ops.append(
+            Op(name, phase, tuple(r for r in reads if r), tuple(w for w in writes if w), emit)
+        )
 
     # -- schedule ----------------------------------------------------------------------------
     def persistent(self) -> None:
@@ -177,52 +185,90 @@ class _Builder:
     def forward(self, training: bool, prefix: str) -> str:
         """Emits forward ops; returns the logits tensor. Records what backward needs in
         ``self.records`` (training only)."""
-        current = "input"
-        cur_shape = self.model.input_shape
+        self.records, current = self._walk(
+            0, len(self.resolved), "input", self.model.input_shape, training, prefix
+        )
+        return current
+
+    def _walk(
+        self,
+        start: int,
+        stop: int,
+        current: str,
+        cur_shape,
+        training: bool,
+        prefix: str,
+        recompute: bool = False,
+    ) -> tuple[list[dict], str]:
+        """Forward ops of resolved layers ``[start, stop)`` from tensor ``current``. With
+        ``recompute`` the ops re-create a segment's activations during backward (gradient
+        checkpointing) and leave BatchNorm running statistics alone."""
+        records: list[dict] = []
         skips: list[tuple[str, tuple]] = []
-        self.records: list[dict] = []
         layers = self.resolved
-        i = 0
-        while i < len(layers):
+        i = start
+        while i < stop:
             rl = layers[i]
             layer = rl.layer
-            nxt = layers[i + 1].layer if i + 1 < len(layers) else None
+            nxt = layers[i + 1].layer if i + 1 < stop else None
             act = _ACT.get(type(nxt)) if _fusable(layer) else None
             out_shape = rl.output_shape if not act else layers[i + 1].output_shape
-            rec = {"rl": rl, "x": current, "x_shape": cur_shape, "act": act}
+            rec = {
+                "rl": rl,
+                "x": current,
+                "x_shape": cur_shape,
+                "act": act,
+                "i": i,
+                "depth": len(skips),
+                "prefix": prefix,
+            }
             if isinstance(layer, L.Residual):
                 skips.append((current, cur_shape))
                 rec["kind"] = "res_start"
-                self.records.append(rec)
+                records.append(rec)
                 i += 1
                 continue
             if isinstance(layer, L.ResidualEnd):
                 skip, _ = skips.pop()
+                rec["depth"] = len(skips)
                 out = self.tensor(f"{prefix}{rl.path}:out", (self.n, *rl.output_shape))
                 self._emit_add(prefix, rl, current, skip, out)
                 rec.update(kind="res_end", y=out, skip=skip)
-                self.records.append(rec)
+                records.append(rec)
                 current, cur_shape = out, rl.output_shape
                 i += 1
                 continue
-            if isinstance(layer, L.Flatten):
+            if isinstance(layer, L.Flatten) or (isinstance(layer, L.Dropout) and not training):
                 rec.update(kind="alias", y=current)
-                self.records.append(rec)
+                records.append(rec)
                 cur_shape = rl.output_shape
                 i += 1
                 continue
-            if isinstance(layer, L.Dropout) and not training:
-                rec.update(kind="alias", y=current)
-                self.records.append(rec)
-                i += 1
-                continue
             y = self.tensor(f"{prefix}{rl.path}:y", (self.n, *out_shape))
-            self._emit_forward(prefix, rl, current, y, act, training)
+            self._emit_forward(prefix, rl, current, y, act, training, recompute)
             rec.update(kind="layer", y=y, y_shape=out_shape)
-            self.records.append(rec)
+            records.append(rec)
             current, cur_shape = y, out_shape
             i += 2 if act else 1
-        return current
+        return records, current
+
+    def segments(self, count: int) -> list[tuple[int, int]]:
+        """Record ranges ``[lo, hi)`` of about equal length that start and end outside residual
+        blocks: the units of gradient checkpointing."""
+        cuts = [
+            j + 1
+            for j, rec in enumerate(self.records)
+            if rec["depth"] == 0 and rec["kind"] in ("layer", "res_end", "alias")
+        ]
+        cuts = [c for c in cuts if c < len(self.records)]
+        count = max(1, min(count, len(cuts) + 1))
+        chosen = (
+            sorted({cuts[round(k * len(cuts) / count) - 1] for k in range(1, count)})
+            if count > 1
+            else []
+        )
+        bounds = [0, *chosen, len(self.records)]
+        return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
     # -- forward kernels -----------------------------------------------------------------------
     def _emit_add(self, prefix, rl, a, b, out):
@@ -235,9 +281,18 @@ class _Builder:
             lambda lib, v: [elementwise.add(lib, v[a], v[b], v[out], count)],
         )
 
-    def _emit_forward(self, prefix, rl: ResolvedLayer, x: str, y: str, act, training: bool):
+    def _emit_forward(
+        self,
+        prefix,
+        rl: ResolvedLayer,
+        x: str,
+        y: str,
+        act,
+        training: bool,
+        recompute: bool = False,
+    ):
         layer, n, path = rl.layer, self.n, rl.path
-        phase = "forward" if training else "eval"
+        phase = "recompute" if recompute else "forward" if training else "eval"
         name = f"{prefix}{path}"
         w, b = f"{path}.weight", f"{path}.bias"
         has_b = b in rl.params
@@ -261,6 +316,10 @@ class _Builder:
                 ]
 
             self.op(name, phase, (x, w, b if has_b else None), (y,), emit)
+        elif isinstance(layer, L.Conv2d) and self.conv_impl == "gemm":
+            conv_lowering.emit_forward(
+                self, name, phase, self.conv_shape(rl), x, w, b if has_b else None, y, act
+            )
         elif isinstance(layer, (L.Conv2d, L.DepthwiseConv2d)):
             shape = self.conv_shape(rl)
             fn = (
@@ -301,7 +360,7 @@ class _Builder:
                         n=n,
                         c=c,
                         hw=hw,
-                        momentum=layer.momentum,
+                        momentum=0.0 if recompute else layer.momentum,
                         eps=layer.eps,
                     ),
                 )
@@ -416,11 +475,15 @@ class _Builder:
                 seen = True
         return flags
 
-    def backward(self, dlogits: str) -> None:
+    def backward(self, dlogits: str, recompute_segments: int = 0) -> None:
         needs = self.needs_input_grad()
         grad_of = {self.records[-1]["y"]: dlogits}
         skip_grads: list[str] = []
+        # every checkpoint segment but the last is recomputed when its backward begins
+        ends = {hi - 1: (lo, hi) for lo, hi in self.segments(recompute_segments)[:-1]}
         for idx in range(len(self.records) - 1, -1, -1):
+            if idx in ends:
+                self._recompute(*ends[idx], grad_of)
             rec = self.records[idx]
             kind, rl = rec["kind"], rec["rl"]
             trainable_here = any(p in self.trainable for p in rl.params)
@@ -457,6 +520,20 @@ class _Builder:
             if dx is not None:
                 grad_of[rec["x"]] = dx
             self._emit_updates(rl)
+
+    def _recompute(self, lo: int, hi: int, grad_of: dict[str, str]) -> None:
+        """Re-create the activations of records ``[lo, hi)`` from the segment's input, which was
+        kept; backward then reads the new copies and the originals die after the forward."""
+        first, last = self.records[lo], self.records[hi - 1]
+        stop = self.records[hi]["i"]
+        fresh, _ = self._walk(
+            first["i"], stop, first["x"], first["x_shape"], True, f"re{lo}:", recompute=True
+        )
+        if len(fresh) != hi - lo:
+            raise AssertionError("a recomputed segment must mirror the original records")
+        self.records[lo:hi] = fresh
+        if last["y"] in grad_of:
+            grad_of[fresh[-1]["y"]] = grad_of[last["y"]]
 
     def _grad_target(self, pname: str) -> str:
         if self.accumulate:
@@ -526,6 +603,8 @@ class _Builder:
                     (dx,),
                     lambda lib, v: [gemm.gemm(lib, v[dy], v[w], v[dx], m=n, n=fin, k=fout)],
                 )
+        elif isinstance(layer, L.Conv2d) and self.conv_impl == "gemm":
+            conv_lowering.emit_backward(self, path, self.conv_shape(rl), x, dy, w, gw, gb, dx, acc)
         elif isinstance(layer, (L.Conv2d, L.DepthwiseConv2d)):
             shape = self.conv_shape(rl)
             mod_w = (
@@ -578,7 +657,7 @@ class _Builder:
                 )
         elif isinstance(layer, L.BatchNorm):
             c, hw = rl.input_shape[0], prod(rl.input_shape[1:])
-            mean, invstd = f"{path}:mean", f"{path}:invstd"
+            mean, invstd = f"{rec['prefix']}{path}:mean", f"{rec['prefix']}{path}:invstd"
             if gw or gb or dx:
                 self.op(
                     f"{path}.backward",
@@ -740,6 +819,8 @@ def build_graph(
     *,
     accumulate_gradients: bool = False,
     grad_scale: float | None = None,
+    conv_impl: str = "gemm",
+    recompute_segments: int = 0,
 ) -> StepGraph:
     """The training and evaluation schedules of ``model`` at ``batch`` samples per launch.
 
@@ -750,11 +831,11 @@ def build_graph(
     unknown = set(trainable) - set(model.parameter_shapes())
     if unknown:
         raise ValueError(f"Unknown parameter names in the trainable set: {sorted(unknown)}")
-    builder = _Builder(model, batch, set(trainable), opt, accumulate_gradients)
+    builder = _Builder(model, batch, set(trainable), opt, accumulate_gradients, conv_impl)
     builder.persistent()
     logits = builder.forward(training=True, prefix="")
     dlogits = builder.loss(logits, grad_scale if grad_scale is not None else 1.0 / batch)
-    builder.backward(dlogits)
+    builder.backward(dlogits, recompute_segments)
     if not accumulate_gradients:
         builder.finish_step()
     train_ops = builder.ops

@@ -23,8 +23,7 @@ from kernels.launch import Launch
 class ProximalPull:
     """Appends the pull launches to a step's training launches while active (``with``)."""
 
-    def __init__(self, step: CompiledStep, anchors: Mapping[str, np.ndarray], mu: float,
-                 lr: float):
+    def __init__(self, step: CompiledStep, anchors: Mapping[str, np.ndarray], mu: float, lr: float):
         if mu <= 0:
             raise ValueError(f"the proximal weight mu must be positive, got {mu}")
         self.step = step
@@ -34,8 +33,15 @@ class ProximalPull:
             target = np.ascontiguousarray(-mu * np.asarray(anchor, np.float32), np.float32)
             buffer = cl.Buffer(step.device.context, flags, hostbuf=target.reshape(-1))
             self.launches += opt_kernels.sgd_update(
-                step.device.kernels, step.views[name], buffer, None, n=target.size, lr=lr,
-                momentum=0.0, weight_decay=mu)
+                step.device.kernels,
+                step.views[name],
+                buffer,
+                None,
+                n=target.size,
+                lr=lr,
+                momentum=0.0,
+                weight_decay=mu,
+            )
 
     def __enter__(self) -> ProximalPull:
         self.step.train_launches.extend(self.launches)

@@ -75,6 +75,8 @@ def estimate_memory(
     optimizer: OptimizerConfig | None = None,
     alignment: int = 256,
     accumulate_gradients: bool = False,
+    conv_impl: str = "gemm",
+    recompute_segments: int = 0,
 ) -> MemoryEstimate:
     """Peak arena bytes of the step ``compile_step`` would build, without any device."""
     trainable = set(model.parameter_shapes()) if trainable is None else set(trainable)
@@ -84,6 +86,8 @@ def estimate_memory(
         trainable,
         optimizer or OptimizerConfig(),
         accumulate_gradients=accumulate_gradients,
+        conv_impl=conv_impl,
+        recompute_segments=recompute_segments,
     )
     plan = plan_graph(graph, alignment)
     by_cat = {c: 0 for c in CATEGORIES}
@@ -106,6 +110,8 @@ class CompiledStep:
         poison: bool = False,
         poison_freed: bool = False,
         accumulation_steps: int = 1,
+        conv_impl: str = "gemm",
+        recompute_segments: int = 0,
     ):
         if batch % accumulation_steps:
             raise ValueError(
@@ -125,7 +131,10 @@ class CompiledStep:
             self.optimizer,
             accumulate_gradients=accumulation_steps > 1,
             grad_scale=1.0 / batch,
+            conv_impl=conv_impl,
+            recompute_segments=recompute_segments,
         )
+        self.recompute_segments = recompute_segments
         self.plan = plan_graph(self.graph, default_alignment(device.info.mem_base_addr_align_bytes))
         if self.plan.peak_bytes > device.info.max_alloc_bytes:
             raise ArenaTooLargeError(

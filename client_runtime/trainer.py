@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from client_runtime.budget import fit_to_budget
 from client_runtime.device import Device
 from client_runtime.graph import OptimizerConfig
-from client_runtime.step import CompiledStep
+from client_runtime.step import CompiledStep, default_alignment
 from mgfl.models.model import Model
 
 
@@ -27,6 +28,7 @@ class TrainConfig:
     steps: int | None = None  # overrides epochs when given
     seed: int = 0
     window: int = 10  # steps between timing windows (and device synchronisations)
+    memory_budget: int | None = None  # bytes; the batch is split into micro-batches to fit
 
 
 @dataclass
@@ -43,6 +45,9 @@ class TrainResult:
     peak_device_bytes: int
     steps: int
     epochs_run: float
+    micro_batch: int = 0
+    accumulation_steps: int = 1
+    recompute_segments: int = 0
     history: list[dict] = field(default_factory=list)
     kernels: dict = field(default_factory=dict)
 
@@ -51,6 +56,37 @@ class TrainResult:
 
 
 ProgressFn = Callable[[int, int, dict | None], None]
+
+
+def compile_within_budget(
+    device: Device,
+    model: Model,
+    config: TrainConfig,
+    state: dict[str, np.ndarray],
+    trainable: set[str] | None,
+    optimizer: OptimizerConfig | None,
+) -> CompiledStep:
+    """The step for ``config.batch``, split into micro-batches when a memory budget asks for it
+    (the effective batch, and so the result, stays the same)."""
+    optimizer = optimizer or OptimizerConfig()
+    trainable = set(model.parameter_shapes()) if trainable is None else set(trainable)
+    steps, segments = 1, 0
+    if config.memory_budget is not None:
+        alignment = default_alignment(device.info.mem_base_addr_align_bytes)
+        choice = fit_to_budget(
+            model, config.batch, trainable, optimizer, config.memory_budget, alignment
+        )
+        steps, segments = choice.accumulation_steps, choice.recompute_segments
+    return CompiledStep(
+        device,
+        model,
+        config.batch,
+        state,
+        trainable,
+        optimizer,
+        accumulation_steps=steps,
+        recompute_segments=segments,
+    )
 
 
 def batches_per_epoch(n: int, batch: int) -> int:
@@ -76,7 +112,7 @@ def train(
     """Train ``model`` from ``state``; returns the result and the compiled step (whose
     ``get_state()`` gives the trained weights)."""
     if step is None:
-        step = CompiledStep(device, model, config.batch, state, trainable, optimizer)
+        step = compile_within_budget(device, model, config, state, trainable, optimizer)
     per_epoch = batches_per_epoch(len(y_train), config.batch)
     total = config.steps if config.steps is not None else per_epoch * config.epochs
     if total < 1:
@@ -125,6 +161,9 @@ def train(
         peak_device_bytes=step.peak_bytes,
         steps=done,
         epochs_run=done / per_epoch,
+        micro_batch=step.micro_batch,
+        accumulation_steps=step.accumulation_steps,
+        recompute_segments=step.recompute_segments,
         history=history,
         kernels=profile["kernels"],
     )

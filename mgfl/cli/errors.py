@@ -14,9 +14,18 @@ err_console = Console(stderr=True)
 def user_errors():
     """Errors that mean 'bad input or environment' are printed without a traceback."""
     from client_runtime.device import DeviceNotFoundError, NoOpenCLDeviceError
+    from kernels.library import KernelBuildError
 
+    expected = (
+        NoOpenCLDeviceError,
+        DeviceNotFoundError,
+        KernelBuildError,
+        MemoryError,  # a budget or arena that cannot hold the model: the message says what fits
+        ValueError,
+        FileNotFoundError,
+    )
     try:
         yield
-    except (NoOpenCLDeviceError, DeviceNotFoundError, ValueError, FileNotFoundError) as err:
+    except expected as err:
         err_console.print(f"[bold red]error:[/] {err}")
         raise typer.Exit(2) from err

@@ -64,6 +64,11 @@ def train(
     weight_decay: float = typer.Option(0.0, help="L2 weight decay."),
     nesterov: bool = typer.Option(False, help="Nesterov momentum."),
     freeze: str = typer.Option("all", help="Trainable set: all, head, last:K, bias, or names."),
+    memory_budget: str = typer.Option(
+        None,
+        help="Device memory to stay within, e.g. 256MB (default: a quarter of the device's global "
+        "memory). A batch that does not fit runs as micro-batches with gradient accumulation.",
+    ),
     device: str = typer.Option(
         None,
         help="OpenCL device (index, gpu/cpu, or part of its name); "
@@ -76,6 +81,7 @@ def train(
     """Train a model on one OpenCL device with every tensor resident on it: per step only the
     batch goes up, nothing comes back until a report. Prints loss, accuracy, median step time,
     samples/s, the share of device time spent moving data, and the arena's peak memory."""
+    from client_runtime.budget import DEFAULT_BUDGET_FRACTION, parse_bytes
     from client_runtime.device import Device
     from client_runtime.freezing import resolve_trainable
     from client_runtime.graph import OptimizerConfig
@@ -89,7 +95,14 @@ def train(
         opt = OptimizerConfig(
             name=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov
         )
-        config = TrainConfig(batch=batch, epochs=epochs, steps=steps, seed=seed)
+        budget = (
+            parse_bytes(memory_budget)
+            if memory_budget
+            else int(dev.info.global_mem_bytes * DEFAULT_BUDGET_FRACTION)
+        )
+        config = TrainConfig(
+            batch=batch, epochs=epochs, steps=steps, seed=seed, memory_budget=budget
+        )
         state = net.init_state(seed)
     console.print(
         f"[bold]{net.name}[/] ({net.parameter_count():,} parameters, {len(trainable)} trainable "
@@ -159,6 +172,13 @@ def _print_result(result, batch: int) -> None:
         ("device->host per step", _fmt_bytes(result.d2h_bytes_per_step)),
         ("peak device memory (arena)", _fmt_bytes(result.peak_device_bytes)),
     ]
+    if result.accumulation_steps > 1:
+        rows.append(
+            (
+                "micro-batching",
+                f"{result.accumulation_steps} x {result.micro_batch} samples (memory budget)",
+            )
+        )
     for key, value in rows:
         table.add_row(key, value)
     console.print(table)

@@ -145,3 +145,68 @@ def test_freezing_shrinks_the_arena():
         trainable={n for n in model.parameter_shapes() if n.startswith(model.resolve()[-1].path)},
     )
     assert head.peak_bytes < full / 2
+
+
+@pytest.mark.parametrize("name", ["lenet5", "cnn1d"])
+def test_direct_convolution_kernels_match_the_reference_too(device, name):
+    model = _model(name)
+    batch, state = CASES[name]["batch"], model.init_state(seed=5)
+    step = CompiledStep(device, model, batch, state, optimizer=OptimizerConfig("sgd", lr=0.02),
+                        conv_impl="direct", poison=True, poison_freed=True)
+    ref = ReferenceTrainer(model, state, optimizer="sgd", lr=0.02, momentum=0.9)
+    xs, ys = _batches(np.random.default_rng(3), model, batch, 6)
+    for x, y in zip(xs, ys, strict=True):
+        step.train_step(x, y)
+        assert step.read_train_stats()["loss"] == pytest.approx(ref.train_step(x, y), rel=1e-4)
+
+
+@pytest.mark.parametrize("name", ["mlp", "lenet5"])
+def test_micro_batches_give_the_same_result_as_the_whole_batch(device, name):
+    """Gradient accumulation over 4 micro-batches of 2 equals one step of 8 (models without
+    BatchNorm, whose batch statistics depend on how the batch is split)."""
+    model = _model(name)
+    state = model.init_state(seed=2)
+    opt = OptimizerConfig("sgd", lr=0.05, momentum=0.9)
+    whole = CompiledStep(device, model, 8, state, optimizer=opt)
+    split = CompiledStep(device, model, 8, state, optimizer=opt, accumulation_steps=4,
+                         poison=True, poison_freed=True)
+    assert split.micro_batch == 2
+    xs, ys = _batches(np.random.default_rng(4), model, 8, 5)
+    for x, y in zip(xs, ys, strict=True):
+        whole.train_step(x, y)
+        split.train_step(x, y)
+        a, b = whole.read_train_stats(), split.read_train_stats()
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["samples"] == b["samples"] == 8
+    got_whole, got_split = whole.get_state(), split.get_state()
+    for key in got_whole:
+        np.testing.assert_allclose(got_split[key], got_whole[key], rtol=1e-4, atol=1e-6,
+                                   err_msg=key)
+
+
+def test_micro_batches_and_recomputation_shrink_an_activation_bound_arena():
+    model = _model("mobilenetv2")
+    whole = estimate_memory(model, 32).peak_bytes
+    micro = estimate_memory(model, 8, accumulate_gradients=True).peak_bytes
+    recomputed = estimate_memory(model, 32, recompute_segments=4).peak_bytes
+    assert micro < whole / 2
+    assert recomputed < whole * 0.75
+
+
+@pytest.mark.parametrize("name", ["mobilenetv2", "dscnn"])
+def test_recomputation_gives_identical_results(device, name):
+    model = _model(name)
+    batch, state = CASES[name]["batch"], model.init_state(seed=4)
+    opt = OptimizerConfig("sgd", lr=0.01, momentum=0.9)
+    plain = CompiledStep(device, model, batch, state, optimizer=opt)
+    segmented = CompiledStep(device, model, batch, state, optimizer=opt, recompute_segments=3,
+                             poison=True, poison_freed=True)
+    assert segmented.peak_bytes < plain.peak_bytes
+    xs, ys = _batches(np.random.default_rng(9), model, batch, 4)
+    for x, y in zip(xs, ys, strict=True):
+        plain.train_step(x, y)
+        segmented.train_step(x, y)
+        assert plain.read_train_stats()["loss"] == segmented.read_train_stats()["loss"]
+    a, b = plain.get_state(), segmented.get_state()
+    for key in a:  # running statistics too: recomputation must not update them twice
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
