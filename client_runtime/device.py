@@ -7,6 +7,8 @@ GPU, then the newest driver, so results do not depend on the order platforms hap
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -159,6 +161,16 @@ def choose_device(selection: str | None = None) -> DeviceInfo:
     return min(matches, key=_preference)
 
 
+def _drain(queue: cl.CommandQueue) -> None:
+    """At exit, finish queued work and free OpenCL objects while the driver is still loaded:
+    NVIDIA's driver crashed when buffers and events were released during interpreter teardown."""
+    try:
+        queue.finish()
+    except cl.Error:
+        pass  # a lost device has nothing left to finish
+    gc.collect()
+
+
 class Device:
     """An opened device: its context, an in-order profiling queue and its kernel library."""
 
@@ -170,6 +182,7 @@ class Device:
         self.queue = cl.CommandQueue(
             self.context, device, properties=cl.command_queue_properties.PROFILING_ENABLE
         )
+        atexit.register(_drain, self.queue)
 
     @classmethod
     def open(cls, selection: str | None = None) -> Device:
