@@ -122,6 +122,14 @@ def _fusable(layer: L.Layer) -> bool:
     return isinstance(layer, (L.Linear, L.Conv2d, L.DepthwiseConv2d))
 
 
+def _follows_batchnorm(records: list[dict]) -> bool:
+    return (
+        bool(records)
+        and records[-1]["kind"] == "layer"
+        and isinstance(records[-1]["rl"].layer, L.BatchNorm)
+    )
+
+
 class _Builder:
     """Walks the resolved layers once for the training step and once for evaluation."""
 
@@ -244,7 +252,11 @@ class _Builder:
                 cur_shape = rl.output_shape
                 i += 1
                 continue
-            y = self.tensor(f"{prefix}{rl.path}:y", (self.n, *out_shape))
+            in_place = type(layer) in _ACT and _follows_batchnorm(records)
+            if in_place:  # BatchNorm's backward reads its input, so its output can be overwritten
+                y = current
+            else:
+                y = self.tensor(f"{prefix}{rl.path}:y", (self.n, *out_shape))
             self._emit_forward(prefix, rl, current, y, act, training, recompute)
             rec.update(kind="layer", y=y, y_shape=out_shape)
             records.append(rec)

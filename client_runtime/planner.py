@@ -53,6 +53,29 @@ class MemoryPlan:
             totals[req.category] = totals.get(req.category, 0) + req.nbytes
         return totals
 
+    def breakdown_at_peak(self) -> dict[str, int]:
+        """Bytes by category of the tensors alive at the busiest launch, plus ``fragmentation``:
+        what the arena needs beyond them because sizes do not tile perfectly."""
+        events: dict[int, int] = {}
+        for p in self.placements.values():
+            events[p.request.first] = events.get(p.request.first, 0)
+        busiest, best = 0, -1
+        for t in sorted(events):
+            live = sum(
+                align_up(p.request.nbytes, self.alignment)
+                for p in self.placements.values()
+                if p.request.first <= t <= p.request.last
+            )
+            if live > best:
+                busiest, best = t, live
+        totals: dict[str, int] = {}
+        for p in self.placements.values():
+            if p.request.first <= busiest <= p.request.last:
+                cat = p.request.category
+                totals[cat] = totals.get(cat, 0) + align_up(p.request.nbytes, self.alignment)
+        totals["fragmentation"] = self.peak_bytes - max(best, 0)
+        return totals
+
     def check_no_live_overlap(self) -> None:
         """Raise if two tensors alive at the same time share a byte (a planner bug)."""
         items = sorted(self.placements.values(), key=lambda p: p.offset)

@@ -58,7 +58,8 @@ def default_alignment(device_align_bytes: int) -> int:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """The exact arena of a compiled step, known before allocation."""
+    """The exact arena of a compiled step, known before allocation, and what is alive in it at
+    its busiest moment (by category; the categories and fragmentation add up to the peak)."""
 
     peak_bytes: int
     by_category: dict[str, int]
@@ -90,8 +91,8 @@ def estimate_memory(
         recompute_segments=recompute_segments,
     )
     plan = plan_graph(graph, alignment)
-    by_cat = {c: 0 for c in CATEGORIES}
-    by_cat.update(plan.bytes_by_category())
+    by_cat = {c: 0 for c in (*CATEGORIES, "fragmentation")}
+    by_cat.update(plan.breakdown_at_peak())
     return MemoryEstimate(plan.peak_bytes, by_cat, batch)
 
 

@@ -30,8 +30,8 @@ def memory(
 ) -> None:
     """Print the peak device memory of one training step broken down into parameters,
     gradients, optimizer state, activations and workspace. The peak is exact: it is the arena the
-    engine would allocate, planned over the step's live intervals; the categories add up to more
-    than the peak because tensors whose lifetimes do not overlap share memory."""
+    engine would allocate, planned over the step's live intervals. The breakdown is what is alive
+    at the step's busiest moment; fragmentation is what the placement needs beyond that."""
     from client_runtime.budget import format_bytes, largest_fitting_batch, parse_bytes
     from client_runtime.freezing import resolve_trainable
     from client_runtime.graph import OptimizerConfig
@@ -66,7 +66,14 @@ def memory(
     table.add_column("part")
     table.add_column("bytes", justify="right")
     table.add_column("", justify="right")
-    for key in ("parameters", "gradients", "optimizer_state", "activations", "workspace"):
+    for key in (
+        "parameters",
+        "gradients",
+        "optimizer_state",
+        "activations",
+        "workspace",
+        "fragmentation",
+    ):
         table.add_row(key.replace("_", " "), f"{result[key]:,}", format_bytes(result[key]))
     table.add_row(
         "[bold]arena peak[/]",
