@@ -22,7 +22,7 @@ INSTALL_HINT = (
     "No OpenCL device was found. Install an OpenCL implementation: `pip install 'pyopencl[pocl]'` "
     "brings PoCL for the CPU; on Debian or Ubuntu `apt-get install pocl-opencl-icd`; on a machine "
     "with a GPU, the vendor's driver (NVIDIA, AMD, Intel) provides one; on Android, pyopencl must "
-    "find the vendor's libOpenCL.so (see examples/deploy/)."
+    "find the vendor's libOpenCL.so."
 )
 
 _KIND_NAMES = {
