@@ -27,6 +27,7 @@ from kernels import (
     batchnorm,
     conv2d,
     depthwise,
+    distill,
     dropout,
     elementwise,
     gemm,
@@ -95,6 +96,24 @@ class OptimizerConfig:
             raise ValueError(f"The learning rate must be positive, got {self.lr}")
 
 
+@dataclass(frozen=True)
+class DistillConfig:
+    """A distillation term from a previous model's logits (iCaRL / LwF), bound at compile time:
+    the previous model knew the first ``c_old`` classes; its logits come up with every batch."""
+
+    c_old: int
+    temperature: float = 2.0
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.c_old < 1:
+            raise ValueError(f"distillation needs at least one old class, got c_old={self.c_old}")
+        if self.temperature <= 0:
+            raise ValueError(f"distillation temperature must be positive, got {self.temperature}")
+        if self.weight < 0:
+            raise ValueError(f"distillation weight must not be negative, got {self.weight}")
+
+
 @dataclass
 class StepGraph:
     """Everything the planner and the binder need: tensors, and the op lists of both steps."""
@@ -113,6 +132,8 @@ class StepGraph:
     buffers: list[str] = field(default_factory=list)
     trainable: list[str] = field(default_factory=list)
     optimizer_launch_ops: list[str] = field(default_factory=list)
+    old_logits_name: str | None = None  # set when the step distils from a previous model
+    eval_output: str = ""  # the logits tensor of the evaluation step (readable after it)
 
 
 _ACT = {L.ReLU: "relu", L.ReLU6: "relu6"}
@@ -141,6 +162,7 @@ class _Builder:
         opt: OptimizerConfig,
         accumulate_gradients: bool,
         conv_impl: str = "gemm",
+        distillation: DistillConfig | None = None,
     ):
         if conv_impl not in CONV_IMPLS:
             raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {conv_impl!r}")
@@ -150,6 +172,7 @@ class _Builder:
         self.trainable = trainable
         self.opt = opt
         self.accumulate = accumulate_gradients
+        self.distillation = distillation
         self.tensors: dict[str, Tensor] = {}
         self.ops: list[Op] = []
         self.resolved = model.resolve()
@@ -177,6 +200,9 @@ class _Builder:
         self.tensor("train_stats", (3,), WORKSPACE, persistent=True)
         self.tensor("eval_stats", (3,), WORKSPACE, persistent=True)
         self.tensor("step", (1,), WORKSPACE, persistent=True, dtype=np.int32)
+        if self.distillation is not None:
+            c_old = self.distillation.c_old
+            self.tensor("old_logits", (n, c_old), WORKSPACE, persistent=True)
         for name, shape in self.model.parameter_shapes().items():
             self.tensor(name, shape, PARAMETERS, persistent=True)
             if name in self.trainable:
@@ -463,7 +489,37 @@ class _Builder:
                 grad_scale=grad_scale,
             ),
         )
+        if self.distillation is not None:
+            self._distill(logits, dlogits, grad_scale)
         return dlogits
+
+    def _distill(self, logits: str, dlogits: str, grad_scale: float) -> None:
+        """Adds the distillation gradient to the cross-entropy's, and its loss to the stats."""
+        cfg, classes, n = self.distillation, self.model.num_classes, self.n
+        if cfg.c_old > classes:
+            raise ValueError(
+                f"distillation from {cfg.c_old} old classes needs a head of at least as many; "
+                f"the model has {classes}"
+            )
+        self.op(
+            "distill",
+            "loss",
+            (logits, "old_logits", dlogits, "train_stats"),
+            (dlogits, "train_stats"),
+            lambda lib, v: distill.distill_xent(
+                lib,
+                v[logits],
+                v["old_logits"],
+                v[dlogits],
+                v["train_stats"],
+                n=n,
+                c_old=cfg.c_old,
+                c=classes,
+                temperature=cfg.temperature,
+                weight=cfg.weight,
+                grad_scale=grad_scale,
+            ),
+        )
 
     def eval_loss(self, logits: str) -> None:
         classes, n = self.model.num_classes, self.n
@@ -833,17 +889,21 @@ def build_graph(
     grad_scale: float | None = None,
     conv_impl: str = "gemm",
     recompute_segments: int = 0,
+    distillation: DistillConfig | None = None,
 ) -> StepGraph:
     """The training and evaluation schedules of ``model`` at ``batch`` samples per launch.
 
     With ``accumulate_gradients`` the training ops only add into persistent gradients; the caller
-    runs :func:`update_ops` once per effective batch (micro-batching)."""
+    runs :func:`update_ops` once per effective batch (micro-batching). With ``distillation`` the
+    loss also distils from the logits uploaded into the ``old_logits`` tensor with each batch."""
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
     unknown = set(trainable) - set(model.parameter_shapes())
     if unknown:
         raise ValueError(f"Unknown parameter names in the trainable set: {sorted(unknown)}")
-    builder = _Builder(model, batch, set(trainable), opt, accumulate_gradients, conv_impl)
+    builder = _Builder(
+        model, batch, set(trainable), opt, accumulate_gradients, conv_impl, distillation
+    )
     builder.persistent()
     logits = builder.forward(training=True, prefix="")
     dlogits = builder.loss(logits, grad_scale if grad_scale is not None else 1.0 / batch)
@@ -868,4 +928,6 @@ def build_graph(
         params=list(model.parameter_shapes()),
         buffers=list(model.buffer_shapes()),
         trainable=[p for p in model.parameter_shapes() if p in trainable],
+        old_logits_name="old_logits" if distillation is not None else None,
+        eval_output=eval_logits,
     )

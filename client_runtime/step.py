@@ -15,7 +15,13 @@ import numpy as np
 import pyopencl as cl
 
 from client_runtime.device import Device
-from client_runtime.graph import CATEGORIES, OptimizerConfig, StepGraph, build_graph
+from client_runtime.graph import (
+    CATEGORIES,
+    DistillConfig,
+    OptimizerConfig,
+    StepGraph,
+    build_graph,
+)
 from client_runtime.planner import MemoryPlan, TensorRequest, plan_memory
 from client_runtime.profiler import StepProfiler
 from client_runtime.staging import StagingRing
@@ -78,6 +84,7 @@ def estimate_memory(
     accumulate_gradients: bool = False,
     conv_impl: str = "gemm",
     recompute_segments: int = 0,
+    distillation: DistillConfig | None = None,
 ) -> MemoryEstimate:
     """Peak arena bytes of the step ``compile_step`` would build, without any device."""
     trainable = set(model.parameter_shapes()) if trainable is None else set(trainable)
@@ -89,6 +96,7 @@ def estimate_memory(
         accumulate_gradients=accumulate_gradients,
         conv_impl=conv_impl,
         recompute_segments=recompute_segments,
+        distillation=distillation,
     )
     plan = plan_graph(graph, alignment)
     by_cat = {c: 0 for c in (*CATEGORIES, "fragmentation")}
@@ -113,6 +121,7 @@ class CompiledStep:
         accumulation_steps: int = 1,
         conv_impl: str = "gemm",
         recompute_segments: int = 0,
+        distillation: DistillConfig | None = None,
     ):
         if batch % accumulation_steps:
             raise ValueError(
@@ -134,7 +143,9 @@ class CompiledStep:
             grad_scale=1.0 / batch,
             conv_impl=conv_impl,
             recompute_segments=recompute_segments,
+            distillation=distillation,
         )
+        self.distillation = distillation
         self.recompute_segments = recompute_segments
         self.plan = plan_graph(self.graph, default_alignment(device.info.mem_base_addr_align_bytes))
         if self.plan.peak_bytes > device.info.max_alloc_bytes:
@@ -246,14 +257,38 @@ class CompiledStep:
         self.profiler.count_h2d(self.staging.nbytes, event)
         return event
 
-    def train_step(self, x: np.ndarray, y: np.ndarray) -> None:
-        """One step: upload the batch, enqueue forward, loss, backward and updates. Returns
-        without waiting for the device."""
+    def _upload_old_logits(self, old_logits: np.ndarray) -> None:
+        """The previous model's logits of this micro-batch, into the persistent tensor the
+        distillation reads (counted as host-to-device traffic of the step)."""
+        data = np.ascontiguousarray(old_logits, np.float32)
+        event = cl.enqueue_copy(
+            self.device.queue, self.views[self.graph.old_logits_name], data, is_blocking=False
+        )
+        self.profiler.count_h2d(data.nbytes, [event])
+
+    def _check_old_logits(self, old_logits: np.ndarray | None) -> None:
+        if self.distillation is None:
+            if old_logits is not None:
+                raise ValueError("old_logits given, but the step was compiled without distillation")
+            return
+        expected = (self.batch, self.distillation.c_old)
+        if old_logits is None or tuple(np.shape(old_logits)) != expected:
+            got = None if old_logits is None else tuple(np.shape(old_logits))
+            raise ValueError(f"the distilling step needs old_logits of shape {expected}, got {got}")
+
+    def train_step(
+        self, x: np.ndarray, y: np.ndarray, old_logits: np.ndarray | None = None
+    ) -> None:
+        """One step: upload the batch (and, when distilling, the previous model's logits of it),
+        enqueue forward, loss, backward and updates. Returns without waiting for the device."""
         if len(y) != self.batch:
             raise ValueError(f"batch of {len(y)} samples, compiled for {self.batch}")
+        self._check_old_logits(old_logits)
         queue, m = self.device.queue, self.micro_batch
         for start in range(0, self.batch, m):
             self._upload_batch(x[start : start + m], y[start : start + m])
+            if old_logits is not None:
+                self._upload_old_logits(old_logits[start : start + m])
             self.profiler.run(queue, self.train_launches, count_step=False)
         if self.accumulation_steps > 1:
             self.profiler.run(queue, self.accumulated_update_launches, count_step=False)
@@ -298,13 +333,36 @@ class CompiledStep:
             self.eval_batch(xb, yb)
         return self.read_eval_stats(reset=True)
 
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Evaluation-mode outputs (logits, or features of a model cut before its head) of every
+        sample: one read-back of the output tensor per batch, which the evaluation step leaves
+        intact because its loss op is the last to read it."""
+        m = self.micro_batch
+        width = self.graph.tensors[self.graph.eval_output].shape[1:]
+        out = np.empty((len(x), *width), np.float32)
+        chunk = np.empty((m, *width), np.float32)
+        for start in range(0, len(x), m):
+            xb = x[start : start + m]
+            count = len(xb)
+            if count < m:
+                xb = np.concatenate([xb, np.zeros((m - count, *xb.shape[1:]), xb.dtype)])
+            self.eval_batch(xb, np.full(m, -1, np.int32))
+            cl.enqueue_copy(
+                self.device.queue, chunk, self.views[self.graph.eval_output], is_blocking=True
+            )
+            self.profiler.count_d2h(chunk.nbytes, per_step=False)
+            out[start : start + count] = chunk[:count]
+        self.read_eval_stats(reset=True)
+        return out
+
     @property
     def peak_bytes(self) -> int:
         return self.plan.peak_bytes
 
     @property
     def h2d_bytes_per_step(self) -> int:
-        return self.staging.nbytes * self.accumulation_steps
+        old = self.graph.tensors.get(self.graph.old_logits_name or "")
+        return (self.staging.nbytes + (old.nbytes if old else 0)) * self.accumulation_steps
 
     def launches_per_step(self) -> int:
         return len(self.train_launches)
