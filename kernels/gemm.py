@@ -170,7 +170,10 @@ def gemm(
         raise ValueError(f"Unknown activation {activation!r}; expected one of {list(ACTIVATIONS)}")
     if min(m, n, k, batch) < 1:
         raise ValueError(f"gemm needs positive sizes, got m={m}, n={n}, k={k}, batch={batch}")
-    config = config or default_config(lib.device)
+    if config is None:  # the device's tuned winner for the nearest shape, else the default
+        from kernels.tuning_cache import tuned_config
+
+        config = tuned_config(lib, m, n, k, trans_a, trans_b)
     defines = {**config.defines(), "HAS_BIAS": int(bias is not None),
                "ACTIVATION": ACTIVATIONS[activation]}
 
