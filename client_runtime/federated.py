@@ -109,10 +109,11 @@ def client_data(config: RunConfig, partition_id: int, num_partitions: int) -> Cl
 
 
 def _model(config: RunConfig):
-    from mgfl.models.zoo import build_model
+    """The zoo model, or the model of an .onnx file (its weights are its initial state)."""
+    from mgfl.onnx_import import build_or_import_model
 
     dataset = _dataset(config.dataset)
-    return build_model(
+    return build_or_import_model(
         config.model, input_shape=dataset.input_shape, num_classes=dataset.num_classes
     )
 

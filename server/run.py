@@ -59,11 +59,11 @@ def prepare(config: RunConfig):
     """The data set, model, layout and initial state a run with ``config`` uses."""
     from client_runtime.freezing import resolve_trainable
     from mgfl.data.registry import load_dataset
-    from mgfl.models.zoo import build_model
+    from mgfl.onnx_import import build_or_import_model
 
     dataset = load_dataset(config.dataset)
-    model = build_model(config.model, input_shape=dataset.input_shape,
-                        num_classes=dataset.num_classes)
+    model = build_or_import_model(config.model, input_shape=dataset.input_shape,
+                                  num_classes=dataset.num_classes)
     layout = UpdateLayout.of(model, resolve_trainable(model, config.freeze))
     initial = {name: np.asarray(value, np.float32)
                for name, value in model.init_state(config.model_seed).items()}

@@ -26,9 +26,11 @@ def _root() -> None:
 from mgfl.cli import (  # noqa: E402,F401
     data,  # noqa: E402,F401
     devices,
+    export,
     memory,
     simulate,  # noqa: E402,F401
     train,
+    tune,
 )
 
 

@@ -28,13 +28,18 @@ def synthetic_spec(model_name: str) -> str:
 
 
 def load_for_model(data: str, model_name: str, **model_options):
-    """The data set and the zoo model shaped for it (input shape and class count)."""
+    """The data set and the model shaped for it (input shape and class count): a zoo model, or
+    the model of an .onnx file, whose weights are then its initial state."""
     from mgfl.data.registry import load_dataset
-    from mgfl.models.zoo import build_model
+    from mgfl.onnx_import import build_or_import_model, is_onnx_path
 
+    if data == "synthetic" and is_onnx_path(model_name):
+        imported = build_or_import_model(model_name)
+        shape = ",".join(str(s) for s in imported.input_shape)
+        data = f"synthetic:{shape}:{imported.num_classes}"
     spec = synthetic_spec(model_name) if data == "synthetic" else data
     dataset = load_dataset(spec)
-    model = build_model(
+    model = build_or_import_model(
         model_name,
         input_shape=dataset.input_shape,
         num_classes=dataset.num_classes,
@@ -49,7 +54,10 @@ def _fmt_bytes(n: float) -> str:
 
 @app.command()
 def train(
-    model: str = typer.Option("dscnn", help="Zoo model: mlp, lenet5, dscnn, mobilenetv2, cnn1d."),
+    model: str = typer.Option(
+        "dscnn",
+        help="Zoo model (mlp, lenet5, dscnn, mobilenetv2, cnn1d) or an .onnx file to fine-tune.",
+    ),
     data: str = typer.Option(
         "fsdd",
         help="fsdd (embedded), fsdd:/path/to/recordings, watch, mnist, fashion-mnist, "
@@ -103,7 +111,7 @@ def train(
         config = TrainConfig(
             batch=batch, epochs=epochs, steps=steps, seed=seed, memory_budget=budget
         )
-        state = net.init_state(seed)
+        state = net.init_state(seed)  # an imported model's init_state is its file's weights
     console.print(
         f"[bold]{net.name}[/] ({net.parameter_count():,} parameters, {len(trainable)} trainable "
         f"arrays) on [bold]{dataset.name}[/] ({len(dataset.y_train):,} train / "
