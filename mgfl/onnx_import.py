@@ -101,7 +101,8 @@ def import_onnx(
     model = ImportedModel(
         name=model_name, input_shape=graph.input_shape, layers=tuple(layers), weights={}
     )
-    ordered = {n: builder.state[n] for n in {**model.parameter_shapes(), **model.buffer_shapes()}}
+    # the order of init_state: each layer's parameters, then its buffers, in execution order
+    ordered = {n: builder.state[n] for r in model.resolve() for n in {**r.params, **r.buffers}}
     object.__setattr__(model, "weights", ordered)
     return model, model.init_state(0)
 
