@@ -24,6 +24,7 @@ def _root() -> None:
 
 # Sub-command modules register themselves on `app` when imported.
 from mgfl.cli import (  # noqa: E402,F401
+    bench,
     data,  # noqa: E402,F401
     devices,
     export,
