@@ -45,9 +45,9 @@ def export_onnx(
     model: Model, state: dict[str, np.ndarray], path: str | Path | None = None
 ) -> onnx.ModelProto:
     """The ONNX model of ``model`` with the weights of ``state``, written to ``path`` if given."""
-    from mgfl.onnx_import import _onnx
+    from mgfl.onnx_graph import require_onnx
 
-    onnx = _onnx()
+    onnx = require_onnx()
     from onnx import TensorProto, helper
 
     writer = _GraphWriter(model, state)
