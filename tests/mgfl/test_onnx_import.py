@@ -213,3 +213,23 @@ def test_a_file_model_must_fit_the_data(rng, tmp_path):
         build_or_import_model(str(path), input_shape=(1, 9, 8), num_classes=5)
     with pytest.raises(ValueError, match="has 5 outputs"):
         build_or_import_model(str(path), input_shape=(3, 9, 8), num_classes=10)
+
+
+def test_same_auto_padding_becomes_symmetric_padding_or_is_refused(rng):
+    g = GraphBuilder(rng, (2, 5, 5))
+    g.node("Conv", "same", g.weight("w", 3, 2, 3, 3), auto_pad="SAME_UPPER")
+    g.node("Flatten", "flat")
+    g.node("Gemm", "fc", g.weight("fw", 3, 75), transB=1)
+    proto = g.model(3)
+    model, state = import_onnx(proto)
+    assert model.layers[0] == Conv2d(3, 3, padding=1, bias=False)
+    x = rng.normal(size=(2, 2, 5, 5)).astype(np.float32)
+    assert_relative(ReferenceTrainer(model, state).forward(x, training=False),
+                    run_onnxruntime(proto, x))  # fmt: skip
+
+    g = GraphBuilder(rng, (2, 5, 5))
+    g.node("Conv", "even", g.weight("w", 3, 2, 2, 2), auto_pad="SAME_UPPER")
+    g.node("Flatten", "flat")
+    g.node("Gemm", "fc", g.weight("fw", 3, 75), transB=1)
+    with pytest.raises(OnnxImportError, match="Conv node 'even': asymmetric padding"):
+        import_onnx(g.model(3))
