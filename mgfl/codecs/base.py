@@ -14,6 +14,7 @@ record's shape and dtype.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 from typing import ClassVar
@@ -110,9 +111,14 @@ def encode_record(name: str, array: np.ndarray, codec_id: int, payload: bytes) -
 
 
 def read_record(
-    reader: ByteReader, decoders: dict[int, Codec], max_elements: int = DEFAULT_MAX_ELEMENTS
+    reader: ByteReader,
+    decoders: dict[int, Codec],
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    expected: Mapping[str, tuple[int, ...]] | None = None,
 ) -> TensorRecord:
-    """Reads one record from ``reader``: header checks, then the codec's payload decoding."""
+    """Reads one record from ``reader``: header checks, then the codec's payload decoding. With
+    ``expected`` (name -> shape), the name and shape are checked before the payload is decoded,
+    so a record cannot make the receiver allocate for an array it does not hold."""
     if reader.take(len(MAGIC)) != MAGIC:
         raise reader.fail("not an mgfl tensor record (bad magic)")
     version = reader.u8()
@@ -137,6 +143,11 @@ def read_record(
     shape = tuple(reader.varint() for _ in range(ndim))
     if prod(shape) > max_elements:
         raise reader.fail(f"{name}: shape {shape} exceeds {max_elements} elements")
+    if expected is not None:
+        if name not in expected:
+            raise reader.fail(f"unexpected array {name!r}")
+        if shape != tuple(expected[name]):
+            raise reader.fail(f"{name} has shape {shape}, expected {tuple(expected[name])}")
     payload = reader.take(reader.varint())
     array = decoders[codec_id].decode(payload, shape, DTYPE_CODES[code])
     return TensorRecord(name, codec_id, array)

@@ -92,6 +92,10 @@ class TopK(Codec):
         k = reader.varint()
         if k > size:
             raise CodecError(f"topk payload sends {k} entries of an array of {size}")
+        smallest = k * (1 + VALUE_FORMATS[fmt].itemsize)  # a position takes at least one byte
+        if smallest > reader.remaining:
+            raise CodecError(f"topk payload declares {k} entries but holds {reader.remaining} "
+                             "bytes for them")
         positions = np.empty(k, np.int64)
         position = -1
         for i in range(k):

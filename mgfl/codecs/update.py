@@ -85,7 +85,7 @@ def decode_update(
     table = decoders()
     out: dict[str, np.ndarray] = {}
     for _ in range(count):
-        record = read_record(reader, table, max_elements)
+        record = read_record(reader, table, max_elements, expected)
         if record.name in out:
             raise reader.fail(f"array {record.name!r} appears twice")
         if expected is not None:
