@@ -38,7 +38,7 @@ def test_icarl_beats_finetuning_on_old_classes(device, data):
     assert icarl.memory.counts() == {c: 5 for c in range(6)}
     assert icarl.reports[-1].replayed_samples == 4 * 7  # 30 // 4 per class before task 3
     nme = icarl.accuracy_per_task(data.x_test, data.y_test, TASKS, classifier="nme")
-    assert np.mean(nme) > 0.4
+    assert np.mean(nme[:2]) > old_finetuned + 0.2
 
 
 def test_a_task_must_bring_the_next_labels(device, data):
