@@ -88,14 +88,8 @@ inline float finish(const float acc, const float alpha, const float beta,
 #ifndef UNROLL_K
 #define UNROLL_K 1
 #endif
-#ifndef KC_SYNC
-#define KC_SYNC 0  // 1: the work-group's items meet at a barrier after each k block
-#endif
 #ifndef PACK_B
-#define PACK_B 0   // 1: each k block of B is copied to local memory first (needs KC_SYNC)
-#endif
-#if PACK_B && !KC_SYNC
-#error "PACK_B needs KC_SYNC"
+#define PACK_B 0   // 1: each k block of B is copied to local memory first
 #endif
 #define VEC CAT(float, VW)
 #define VLOAD CAT(vload, VW)
@@ -133,7 +127,7 @@ inline float finish(const float acc, const float alpha, const float beta,
 
 // D = op(A) @ B with D (rows x cols), op(A) (rows x depth), B stored (depth, cols).
 // Without OUT_T, D is C; with OUT_T, D is C^T and is stored as c[col * rows + row].
-// With PACK_B (which needs KC_SYNC), the work-group first copies each k block of its column
+// With PACK_B, the work-group first copies each k block of its column
 // panels into b_pack (KC * BLOCK_N floats per work-item column), so that the block is read from
 // contiguous memory instead of rows `cols` floats apart: a power-of-two row length otherwise maps
 // a whole panel onto a few cache sets.
@@ -147,7 +141,7 @@ __kernel void gemm_register(const __global float* restrict a, const __global flo
 #endif
                             ) {
     // Items past the matrix (the NDRange is rounded up to whole work-groups) compute clamped
-    // duplicates and store nothing: with KC_SYNC every item must reach every barrier.
+    // duplicates and store nothing: with PACK_B every item must reach every barrier.
     const int item_col = get_global_id(0) * BLOCK_N;
     const int item_row = get_global_id(1) * RM;
     a += get_global_id(2) * stride_a;
@@ -173,43 +167,43 @@ __kernel void gemm_register(const __global float* restrict a, const __global flo
         for (int i = 0; i < RM; ++i)
 #pragma unroll
             for (int v = 0; v < NV; ++v) part[i][v] = (VEC)(0.0f);
-        if (cols >= BLOCK_N) {
 #if PACK_B
-            __local float* panel = b_pack + get_local_id(0) * (KC * BLOCK_N);
-            for (int kk = k0 + (int)get_local_id(1); kk < k1; kk += get_local_size(1))
+        // Barriers stay outside any branch: PoCL's kernel compiler rejects a barrier under a
+        // condition even when every work-item takes the same way.
+        __local float* panel = b_pack + get_local_id(0) * (KC * BLOCK_N);
+        for (int kk = k0 + (int)get_local_id(1); kk < k1; kk += get_local_size(1)) {
+            __local float* dst = panel + (kk - k0) * BLOCK_N;
+            if (cols >= BLOCK_N) {
 #pragma unroll
-                for (int v = 0; v < NV; ++v)
-                    VSTORE(VLOAD(v, b + kk * cols + first_col), v, panel + (kk - k0) * BLOCK_N);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            const __local float* brow = panel;
-            ACCUMULATE_BLOCK(brow, BLOCK_N)
+                for (int v = 0; v < NV; ++v) VSTORE(VLOAD(v, b + kk * cols + first_col), v, dst);
+            } else {
+                for (int j = 0; j < BLOCK_N; ++j) dst[j] = b[kk * cols + min(j, cols - 1)];
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const __local float* brow = panel;
+        ACCUMULATE_BLOCK(brow, BLOCK_N)
 #else
+        if (cols >= BLOCK_N) {
             const __global float* brow = b + k0 * cols + first_col;
             ACCUMULATE_BLOCK(brow, cols)
-#endif
         } else {
             // Narrower than one block: gather each column with a clamped index.
             for (int kk = k0; kk < k1; ++kk) {
                 float gathered[BLOCK_N];
 #pragma unroll
                 for (int j = 0; j < BLOCK_N; ++j) gathered[j] = b[kk * cols + min(j, cols - 1)];
-#pragma unroll
-                for (int i = 0; i < RM; ++i) {
-                    const VEC av = (VEC)(A_AT(row[i], kk));
-#pragma unroll
-                    for (int v = 0; v < NV; ++v)
-                        part[i][v] = MULADD(av, VLOAD(v, gathered), part[i][v]);
-                }
+                const float* grow = gathered;
+                ACCUMULATE_ROW(grow, kk)
             }
         }
+#endif
 #pragma unroll
         for (int i = 0; i < RM; ++i)
 #pragma unroll
             for (int v = 0; v < NV; ++v) acc[i][v] += part[i][v];
-#if KC_SYNC
-        // Keeps the work-group's items on the same k block, so that the pages and cache lines
-        // of that block are shared while they are hot.
-        barrier(CLK_LOCAL_MEM_FENCE);
+#if PACK_B
+        barrier(CLK_LOCAL_MEM_FENCE);  // the panel is refilled for the next block
 #endif
     }
 

@@ -31,9 +31,9 @@ VARIANTS = {
     "plain": GemmConfig(rows_per_item=1, vector_width=4, vectors_per_row=1, dot_rows=1,
                         dot_cols=1, dot_width=4, group_cols=1, group_rows=1, k_block=5,
                         unroll_k=1, pack_b=False, use_fma=False),
-    "synced": GemmConfig(rows_per_item=5, vector_width=16, vectors_per_row=1, dot_rows=2,
-                         dot_cols=5, dot_width=16, group_cols=2, group_rows=3, k_block=7,
-                         unroll_k=3, pack_b=False, sync_k_blocks=True),
+    "wide": GemmConfig(rows_per_item=5, vector_width=16, vectors_per_row=1, dot_rows=2,
+                       dot_cols=5, dot_width=16, group_cols=2, group_rows=3, k_block=7,
+                       unroll_k=3, pack_b=False),
     "packed": GemmConfig(rows_per_item=3, vector_width=4, vectors_per_row=3, group_cols=3,
                          group_rows=2, k_block=9),
     "local-narrow": GemmConfig(use_local_memory=True, tile_m=32, tile_n=16, tile_k=4, wpt_m=8,
@@ -166,11 +166,12 @@ def test_linear_backward_products_match_finite_differences(device, lib, bufs, rn
     assert_close(bufs.down(bdw, (fout, fin)), numeric_grad(loss_of_w, w), rtol=2e-3)
 
 
-def _fake_device(kind, vendor="", local_mem_size=32768, max_work_group_size=1024, fma=True):
+def _fake_device(kind, vendor="", local_mem_size=32768, max_work_group_size=1024, fma=True,
+                 width=8):
     """What default_config reads of a cl.Device, for devices this machine does not have."""
     return SimpleNamespace(
         type=kind, vendor=vendor, name=f"{vendor} test device", local_mem_size=local_mem_size,
-        max_work_group_size=max_work_group_size,
+        max_work_group_size=max_work_group_size, native_vector_width_float=width,
         single_fp_config=cl.device_fp_config.FMA if fma else 0,
     )
 
@@ -180,7 +181,10 @@ def test_default_config_follows_the_device_type(device):
     assert not cpu.use_local_memory and cpu.use_fma and cpu.pack_b
     assert not default_config(_fake_device(cl.device_type.CPU, fma=False)).use_fma
     tight_cpu = default_config(_fake_device(cl.device_type.CPU, local_mem_size=1024))
-    assert not tight_cpu.pack_b and tight_cpu.sync_k_blocks
+    assert not tight_cpu.pack_b
+    avx512 = default_config(_fake_device(cl.device_type.CPU, local_mem_size=1 << 19, width=16))
+    assert avx512.vector_width == 16 and avx512.dot_width == 16
+    assert default_config(_fake_device(cl.device_type.CPU, width=4)).vector_width == 4
 
     desktop = default_config(_fake_device(cl.device_type.GPU, "NVIDIA Corporation", 49152))
     assert desktop.use_local_memory and desktop.tile_m == 128
