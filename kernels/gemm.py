@@ -111,8 +111,8 @@ MAX_LOCAL_MEMORY = 16 * 1024
 
 
 # CPU register blocks by the SIMD width the driver reports: 16 floats (AVX-512, 32 registers)
-# take 8 x 32 blocks, as fast as 6 x 16 was slow there (about 183 against 93 GFLOP/s on two Xeon
-# cores at n = 1024); 8 floats (AVX2, 16 registers) take 6 x 16; narrower units 6 x 8.
+# take 8 x 32 blocks (140 to 180 GFLOP/s on two Xeon cores at n = 1024, where 6 x 16 gave 93);
+# 8 floats (AVX2, 16 registers) take 6 x 16; narrower units 6 x 8.
 _CPU_BLOCKS = {16: (8, 16, 2), 8: (6, 8, 2), 4: (6, 4, 2)}  # width: (rows, vector width, vectors)
 
 
