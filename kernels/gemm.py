@@ -1,9 +1,10 @@
 """Launches of the batched general matrix product, the work-horse of Linear and 1x1 convolutions.
 
 ``gemm`` computes, for every batch entry, ``C = act(alpha * op(A) @ op(B) + beta * C + bias)``.
-Two kernel styles share one source (``cl/gemm.cl``): register blocking without local memory for
-CPU drivers, whose caches already do what local memory does on a GPU, and local-memory tiling for
-GPUs. ``GemmConfig`` holds every size a tuner may vary; ``default_config`` picks by device type.
+Two kernel styles share one source (``cl/gemm.cl``): register blocking for CPU drivers, where
+each work-item keeps a block of C in vector registers (and local memory, which is cache on a CPU,
+only holds packed blocks of B), and local-memory tiling for GPUs. ``GemmConfig`` holds every size
+a tuner may vary; ``default_config`` picks by device type.
 """
 
 from __future__ import annotations
@@ -100,9 +101,9 @@ class GemmConfig:
                 "DM": self.dot_rows, "DN": self.dot_cols, "VK": self.dot_width}
 
 
-# GPUs with large register files and 48 KiB or more of local memory per work-group take
-# 128 x 128 tiles with 8 x 8 results per item (about 19 TFLOP/s against 15 for 64 x 64 on an
-# H200 at n = 4096); phone GPUs keep 64 x 64 tiles with 4 x 4 per item, light on registers.
+# Desktop GPUs, with large register files, take 128 x 128 tiles with 8 x 8 results per item
+# (about 19 TFLOP/s against 15 for 64 x 64 on an H200 at n = 4096); phone GPUs keep 64 x 64
+# tiles with 4 x 4 per item, light on registers.
 _LARGE_TILE_VENDORS = ("nvidia", "advanced micro devices", "amd")
 _LOCAL_CANDIDATES = (  # (tile, tile_k, work per item), best first
     (128, 16, 8), (64, 16, 4), (64, 8, 4), (32, 8, 4), (32, 4, 4), (16, 4, 4),
