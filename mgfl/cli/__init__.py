@@ -27,7 +27,9 @@ from mgfl.cli import (  # noqa: E402,F401
     bench,
     data,  # noqa: E402,F401
     devices,
+    doctor,
     export,
+    incremental,
     memory,
     simulate,  # noqa: E402,F401
     train,
