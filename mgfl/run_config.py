@@ -61,6 +61,15 @@ class RunConfig:
     device: str = ""  # OpenCL device of clients and server evaluation; "" = MGFL_DEVICE or auto
     eval_batch: int = 100
     output_dir: str = "mgfl-run"  # checkpoints (round-NNN.npz) and history.json
+    # reliability (docs/reliability.md)
+    max_update_bytes: int = 0  # largest reply accepted; 0 = the float32 size of what travels
+    update_norm_bound: float = 0.0  # > 0: replies whose change has a larger L2 norm are refused
+    min_replies: int = 1  # fewer accepted replies than this: the round keeps the global model
+    fault_crash: float = 0.0  # simulation only: share of training replies turned into crashes
+    fault_timeout: float = 0.0  # ... that never come back
+    fault_late: float = 0.0  # ... that come back after the round closed
+    fault_seed: int = 0
+    resume: int = 0  # 1: continue from output-dir/server-state.json if it exists
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> RunConfig:
@@ -97,6 +106,11 @@ class RunConfig:
             raise ValueError("batch and eval-batch must be at least 1")
         if self.epochs < 1 and self.local_steps < 1:
             raise ValueError("train at least one epoch or one local step")
+        faults = (self.fault_crash, self.fault_timeout, self.fault_late)
+        if any(f < 0 for f in faults) or sum(faults) > 1:
+            raise ValueError("fault-crash, fault-timeout and fault-late are shares summing to <= 1")
+        if self.max_update_bytes < 0 or self.update_norm_bound < 0 or self.min_replies < 0:
+            raise ValueError("max-update-bytes, update-norm-bound and min-replies must be >= 0")
         from mgfl.codecs import get_codec
 
         get_codec(self.codec)

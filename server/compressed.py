@@ -22,7 +22,7 @@ the messages.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 
 import numpy as np
@@ -31,9 +31,16 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg, Strategy
 from flwr.supercore import log
 
-from mgfl.codecs import Codec, CodecError, decode_update, encode_update
+from mgfl.codecs import Codec, CodecError, encode_update
 from mgfl.flower_records import bundle_of, bundle_record
 from mgfl.update_layout import UpdateLayout
+from server.validation import (
+    ReplyLimits,
+    ReplyRejected,
+    non_finite_arrays,
+    validate_update,
+    validate_weight,
+)
 
 
 @dataclass
@@ -46,6 +53,9 @@ class RoundTraffic:
     rejected: int = 0
     failed: int = 0
     evaluate_downlink_bytes: int = 0
+    rejections: list[dict] = field(default_factory=list)  # {"node": id, "reason": text}
+    aggregated: bool = True  # False: the round kept the previous global model
+    note: str = ""  # why it did, if it did
 
 
 def state_of(record: ArrayRecord) -> dict[str, np.ndarray]:
@@ -60,8 +70,11 @@ class CompressedUpdateStrategy(Strategy):
     """Decoding, checking and partial-model merging around any of Flower's strategies."""
 
     def __init__(self, inner: FedAvg, layout: UpdateLayout, downlink_codec: Codec,
-                 extra_config: dict[str, str] | None = None):
+                 extra_config: dict[str, str] | None = None, limits: ReplyLimits | None = None,
+                 min_replies: int = 1):
         self.inner = inner
+        self.limits = limits or ReplyLimits.for_layout(layout)
+        self.min_replies = min_replies
         self.layout = layout
         self.downlink_codec = downlink_codec
         self.extra_config = dict(extra_config or {})
@@ -105,8 +118,9 @@ class CompressedUpdateStrategy(Strategy):
                 weights, buffers, examples = self._decode_reply(reply.content, blob)
             except (CodecError, ValueError, KeyError) as err:
                 traffic.rejected += 1
-                log(WARNING, "round %d: update of node %d rejected: %s", server_round,
-                    reply.metadata.src_node_id, err)
+                node = int(reply.metadata.src_node_id)
+                traffic.rejections.append({"node": node, "reason": str(err)})
+                log(WARNING, "round %d: update of node %d rejected: %s", server_round, node, err)
                 continue
             reply.content = RecordDict({
                 self.inner.arrayrecord_key: record_of(weights),
@@ -114,6 +128,9 @@ class CompressedUpdateStrategy(Strategy):
             })
             passed.append(reply)
             buffer_sets.append((examples, buffers))
+        if len(buffer_sets) < self.min_replies:
+            return self._keep_global(server_round, traffic, f"{len(buffer_sets)} usable replies, "
+                                     f"fewer than min-replies {self.min_replies}")
         aggregated, metrics = self.inner.aggregate_train(server_round, passed)
         if metrics is not None:
             self.client_metrics[server_round] = {k: v for k, v in metrics.items()
@@ -125,6 +142,10 @@ class CompressedUpdateStrategy(Strategy):
                        for name, array in aggregated.items()})
         merged.update(_weighted_mean(buffer_sets, self.layout.buffers))
         self._check_complete(merged)
+        broken = non_finite_arrays(merged, self._global)
+        if broken:
+            self._keep_global(server_round, traffic, f"the aggregate of {broken[:3]} is not finite")
+            return None, metrics
         return record_of(merged), metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -157,16 +178,22 @@ class CompressedUpdateStrategy(Strategy):
             message.content[self.inner.arrayrecord_key] = record
         return blob_bytes * len(messages)
 
+    def _keep_global(self, server_round: int, traffic: RoundTraffic, why: str
+                     ) -> tuple[None, None]:
+        """The round ends without changing the global model, and says so."""
+        traffic.aggregated = False
+        traffic.note = why
+        log(WARNING, "round %d keeps the previous global model: %s", server_round, why)
+        return None, None
+
     def _decode_reply(self, content: RecordDict, blob: bytes
                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
-        changes = decode_update(blob, self.layout.travelling_shapes())
-        for name, change in changes.items():
-            if not np.all(np.isfinite(change)):
-                raise ValueError(f"the change of {name} holds NaN or infinite values")
+        changes = validate_update(blob, self.layout, self._global, self.limits)
         metrics = self._single_metrics(content)
-        examples = float(metrics[self.inner.weighted_by_key])
-        if not examples > 0:
-            raise ValueError(f"{self.inner.weighted_by_key} = {examples} is not positive")
+        key = self.inner.weighted_by_key
+        if key not in metrics:
+            raise ReplyRejected(f"the reply's metrics lack {key}")
+        examples = validate_weight(metrics[key], key)
 
         def rebuilt(name: str) -> np.ndarray:
             base = self._global[name]
@@ -174,6 +201,9 @@ class CompressedUpdateStrategy(Strategy):
 
         weights = {name: rebuilt(name) for name in self.layout.trainable}
         buffers = {name: rebuilt(name) for name in self.layout.buffers}
+        overflowing = non_finite_arrays({**weights, **buffers}, self._global)
+        if overflowing:
+            raise ReplyRejected(f"global + change of {overflowing[:3]} overflows float32")
         return weights, buffers, examples
 
     def _single_metrics(self, content: RecordDict) -> MetricRecord:

@@ -27,6 +27,10 @@ class RoundRecord:
     seconds: float = 0.0
     checkpoint: str = ""
     client_metrics: dict[str, float] = field(default_factory=dict)
+    rejections: list[dict] = field(default_factory=list)  # {"node": id, "reason": text}
+    faults: dict[str, int] = field(default_factory=dict)  # injected in simulation, by kind
+    aggregated: bool = True  # False: too few usable replies; the global model was kept
+    note: str = ""
 
 
 def _finite(value):
