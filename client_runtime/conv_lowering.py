@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from kernels import gemm, im2col, reduce
 from kernels.conv_shape import ConvShape
+from kernels.tuning_cache import tuned_defines
 
 WORKSPACE = "workspace"
 
@@ -38,7 +39,9 @@ def _unfolded(builder, tag: str, shape: ConvShape, x: str, phase: str) -> str:
         phase,
         (x,),
         (col,),
-        lambda lib, v: im2col.im2col(lib, v[x], v[col], shape=shape),
+        lambda lib, v: im2col.im2col(
+            lib, v[x], v[col], shape=shape, tuning=tuned_defines(lib, "im2col")
+        ),
     )
     return col
 
