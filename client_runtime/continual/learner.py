@@ -97,6 +97,75 @@ class IncrementReport:
         return asdict(self)
 
 
+def eval_step(
+    device: Device, model: Model, state: dict[str, np.ndarray], batch: int
+) -> CompiledStep:
+    """An evaluation-only engine (nothing trainable, so no backward is built)."""
+    return CompiledStep(device, model, batch, state, trainable=set())
+
+
+def train_increment(
+    device: Device,
+    model: Model,
+    state: dict[str, np.ndarray],
+    x: np.ndarray,
+    y: np.ndarray,
+    config: IncrementalConfig,
+    old_logits: np.ndarray | None,
+    c_old: int,
+    seed: tuple[int, ...],
+) -> tuple[dict[str, np.ndarray], dict, int]:
+    """``config.epochs`` epochs on ``(x, y)`` with cross-entropy, plus distillation from
+    ``old_logits`` over the first ``c_old`` classes when given; returns the trained state, the
+    last epoch's loss and accuracy, and the arena's peak bytes."""
+    batch = min(config.batch, len(y))
+    distillation = None
+    if old_logits is not None:
+        distillation = DistillConfig(c_old, config.temperature, config.distill_weight)
+    step = CompiledStep(
+        device, model, batch, state, optimizer=config.optimizer_config, distillation=distillation
+    )
+    rng = np.random.default_rng(list(seed))
+    per_epoch = batches_per_epoch(len(y), batch)
+    weights = None
+    if config.balanced:
+        counts = np.bincount(y)
+        weights = 1.0 / counts[y]
+        weights /= weights.sum()
+    for _ in range(config.epochs):
+        step.read_train_stats(reset=True)
+        if weights is None:
+            order = rng.permutation(len(y))
+        else:  # as many draws as samples, each class equally likely
+            order = rng.choice(len(y), size=per_epoch * batch, p=weights)
+        for b in range(per_epoch):
+            idx = order[b * batch : (b + 1) * batch]
+            step.train_step(x[idx], y[idx], None if old_logits is None else old_logits[idx])
+    stats = step.read_train_stats()
+    return step.get_state(), stats, step.peak_bytes
+
+
+def choose_exemplars(
+    device: Device,
+    model: Model,
+    state: dict[str, np.ndarray],
+    x: np.ndarray,
+    y: np.ndarray,
+    labels: list[int],
+    quota: int,
+    config: IncrementalConfig,
+) -> tuple[dict[int, np.ndarray], int]:
+    """The ordered exemplars of each class in ``labels``, chosen on the features of ``model``
+    (cut below its head, run on the device); also the feature engine's peak bytes."""
+    step = eval_step(device, feature_model(model), feature_state(model, state), config.eval_batch)
+    choose = selector(config.selection)
+    chosen = {}
+    for label in labels:
+        members = x[y == label]
+        chosen[label] = members[choose(step.predict(members), quota)]
+    return chosen, step.peak_bytes
+
+
 def _peak_rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux: KiB
 
@@ -196,54 +265,23 @@ class IncrementalLearner:
         return np.concatenate([x, mx]), np.concatenate([y, my]), len(my)
 
     def _train(self, x, y, old_logits, c_old: int) -> tuple[dict, int]:
-        cfg = self.config
-        batch = min(cfg.batch, len(y))
-        distillation = None
-        if old_logits is not None:
-            distillation = DistillConfig(c_old, cfg.temperature, cfg.distill_weight)
-        step = CompiledStep(
-            self.device,
-            self.model,
-            batch,
-            self.state,
-            optimizer=cfg.optimizer_config,
-            distillation=distillation,
-        )
-        rng = np.random.default_rng([cfg.seed, len(self.reports)])
-        per_epoch = batches_per_epoch(len(y), batch)
-        weights = None
-        if cfg.balanced:
-            counts = np.bincount(y)
-            weights = 1.0 / counts[y]
-            weights /= weights.sum()
-        for _ in range(cfg.epochs):
-            step.read_train_stats(reset=True)
-            if weights is None:
-                order = rng.permutation(len(y))
-            else:  # as many draws as samples, each class equally likely
-                order = rng.choice(len(y), size=per_epoch * batch, p=weights)
-            for b in range(per_epoch):
-                idx = order[b * batch : (b + 1) * batch]
-                step.train_step(x[idx], y[idx], None if old_logits is None else old_logits[idx])
-        stats = step.read_train_stats()
-        self.state = step.get_state()
-        return stats, step.peak_bytes
+        self.state, stats, peak = train_increment(
+            self.device, self.model, self.state, x, y, self.config, old_logits, c_old,
+            seed=(self.config.seed, len(self.reports)),
+        )  # fmt: skip
+        return stats, peak
 
     def _eval_step(self, model: Model, state: dict[str, np.ndarray]) -> CompiledStep:
-        """An evaluation-only engine (nothing trainable, so no backward is built)."""
-        return CompiledStep(self.device, model, self.config.eval_batch, state, trainable=set())
+        return eval_step(self.device, model, state, self.config.eval_batch)
 
     def _update_memory(self, x, y, new_classes: list[int]) -> int:
         """Choose exemplars of the new classes, rebalance, recompute the class means."""
-        step = self._eval_step(feature_model(self.model), feature_state(self.model, self.state))
         quota = self.memory.quota(self.num_classes)
-        choose = selector(self.config.selection)
-        chosen = {}
-        for label in new_classes:
-            members = x[y == label]
-            order = choose(step.predict(members), quota)
-            chosen[label] = members[order]
+        chosen, _ = choose_exemplars(
+            self.device, self.model, self.state, x, y, new_classes, quota, self.config
+        )
         self.memory.add_classes(chosen)
+        step = self._eval_step(feature_model(self.model), feature_state(self.model, self.state))
         ex_x, ex_y = self.memory.samples()
         means = np.zeros((self.num_classes, step.graph.tensors[step.graph.eval_output].shape[1]))
         if len(ex_y):

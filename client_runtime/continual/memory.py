@@ -67,6 +67,17 @@ class ExemplarMemory:
         for label in self._store:
             self._store[label] = self._store[label].head(quota)
 
+    def stored(self) -> dict[int, StoredSamples]:
+        """The exemplars in storage form, to keep in a client's own state between rounds."""
+        return dict(self._store)
+
+    def load(self, stored: dict[int, StoredSamples]) -> None:
+        """Restore exemplars saved with :meth:`stored`."""
+        for label, samples in stored.items():
+            if samples.dtype != self.dtype or samples.data.shape[1:] != self.sample_shape:
+                raise ValueError(f"stored exemplars of class {label} do not fit this memory")
+            self._store[int(label)] = samples
+
     def counts(self) -> dict[int, int]:
         return {label: len(stored) for label, stored in sorted(self._store.items())}
 
