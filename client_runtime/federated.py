@@ -24,6 +24,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, MetricRecord, Re
 
 from client_runtime.budget import BudgetTooSmallError, largest_fitting_batch, parse_bytes
 from client_runtime.device import Device
+from client_runtime.device_fallback import open_client_device
 from client_runtime.freezing import resolve_trainable
 from client_runtime.graph import OPTIMIZER_STATE, OptimizerConfig
 from client_runtime.profiler import StepProfiler
@@ -59,7 +60,8 @@ def _dataset(spec: str):
 
 @lru_cache(maxsize=4)
 def _device(selection: str) -> Device:
-    return Device.open(selection or None)
+    """The node's device; under ``auto`` a failing GPU falls back to the CPU with a warning."""
+    return open_client_device(selection or None)
 
 
 _steps: OrderedDict[tuple, CompiledStep] = OrderedDict()

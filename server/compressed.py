@@ -109,6 +109,8 @@ class CompressedUpdateStrategy(Strategy):
         for reply in replies:
             if reply.has_error():
                 traffic.failed += 1
+                traffic.rejections.append({"node": int(reply.metadata.src_node_id),
+                                           "reason": f"client failed: {reply.error.reason}"})
                 passed.append(reply)  # the wrapped strategy logs it
                 continue
             traffic.replies += 1
