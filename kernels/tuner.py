@@ -84,7 +84,7 @@ def _register_candidates(base: GemmConfig, dot: bool) -> list[GemmConfig]:
     grid = itertools.product((4, 6, 8), (8, 16), (1, 2), (64, 128, 256), (True, False), (8, 16))
     return [
         replace(base, rows_per_item=rm, vector_width=vw, vectors_per_row=nv, k_block=kc,
-                pack_b=pack, sync_k_blocks=False, group_rows=g)
+                pack_b=pack, group_rows=g)
         for rm, vw, nv, kc, pack, g in grid
     ]
 
