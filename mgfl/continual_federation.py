@@ -13,6 +13,7 @@ CLIENT_STATE_EXEMPLARS = "fcl-exemplars"  # ArrayRecord in the client's Context.
 CLIENT_STATE_META = "fcl-client"
 GLOBAL_KEY = "fcl-global"
 ROUND_KEY = "fcl-round"
+CONFIG_KEY = "fcl-config"
 REPLY_KEY = "fcl-reply"
 METRICS_KEY = "fcl-metrics"
 
@@ -35,6 +36,8 @@ class FederatedIncrementalConfig:
     partition_seed: int = 0
     seed: int = 0
     eval_batch: int = 100
+    device: str = ""  # OpenCL device of clients and server evaluation; "" = the default
+    output: str = ""  # JSON file the server writes the run's results to
 
     def __post_init__(self) -> None:
         if min(self.num_clients, self.tasks, self.classes_per_task, self.rounds_per_task) < 1:

@@ -49,11 +49,16 @@ def merge_growing_head(
     return merged
 
 
-def round_message(state: dict[str, np.ndarray], server_round: int) -> RecordDict:
+def round_message(
+    state: dict[str, np.ndarray], server_round: int, config: cf.FederatedIncrementalConfig
+) -> RecordDict:
+    """The global model, the round, and the run's settings (clients need no configuration of
+    their own beyond their partition)."""
     return RecordDict(
         {
             cf.GLOBAL_KEY: ArrayRecord({k: Array(np.asarray(v)) for k, v in state.items()}),
             cf.ROUND_KEY: ConfigRecord({"round": server_round}),
+            cf.CONFIG_KEY: ConfigRecord(config.to_mapping()),
         }
     )
 
@@ -69,7 +74,7 @@ def run_rounds(
     state = dict(initial_state)
     history = []
     for server_round in range(1, config.num_rounds + 1):
-        replies = send([round_message(state, server_round)] * config.num_clients)
+        replies = send([round_message(state, server_round, config)] * config.num_clients)
         parsed = []
         metrics = []
         for reply in replies:

@@ -135,6 +135,7 @@ def client_round(
     reply = ArrayRecord({name: Array(np.asarray(v, np.float32)) for name, v in state.items()})
     metrics = MetricRecord(
         {
+            "client": client,
             "num-examples": len(train_y),
             "classes": known,
             "task": task,

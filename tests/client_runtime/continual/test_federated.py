@@ -52,8 +52,8 @@ def test_exemplars_stay_in_the_client_state(device, data):
     x, y = data.x_train[:200], data.y_train[:200]
     reply = None
     for server_round in (1, 2, 3):
-        reply = client_round(round_message(state, server_round), context, device, model, x, y,
-                             CONFIG, client=0)  # fmt: skip
+        message = round_message(state, server_round, CONFIG)
+        reply = client_round(message, context, device, model, x, y, CONFIG, client=0)
         state = {k: v.numpy() for k, v in reply[cf.REPLY_KEY].items()}
         model = build_model("mlp", input_shape=data.input_shape, num_classes=len(
             state["layers.5.bias"]))  # fmt: skip
@@ -63,3 +63,16 @@ def test_exemplars_stay_in_the_client_state(device, data):
     assert set(reply.keys()) == {cf.REPLY_KEY, cf.METRICS_KEY}
     assert set(reply[cf.REPLY_KEY].keys()) == set(model.parameter_shapes())
     assert context.state[cf.CLIENT_STATE_META]["tasks-done"] == 1
+
+
+def test_the_flower_apps_run_on_flowers_simulation_engine(tmp_path):
+    from server.continual_simulation import simulate_with_flower
+
+    config = cf.FederatedIncrementalConfig(
+        num_clients=2, tasks=2, rounds_per_task=1, stagger=0, memory=10, epochs=1,
+        output=str(tmp_path / "fcl.json"),
+    )  # fmt: skip
+    result = simulate_with_flower(config)
+    assert [h["global_classes"] for h in result["history"]] == [2, 4]
+    assert [c["exemplars"] for c in result["history"][-1]["clients"]] == [10, 10]
+    assert [c["client"] for c in result["history"][-1]["clients"]] == [0, 1]
