@@ -34,7 +34,7 @@ def incremental(
     exemplar_dtype: str = typer.Option("float32", help="Exemplar storage: float32, float16, int8."),
     selection: str = typer.Option("herding", help="herding (iCaRL) or nme (FastICARL)."),
     classifier: str = typer.Option("head", help="Predict by the head or by nme (nearest mean)."),
-    epochs: int = typer.Option(15, min=1, help="Epochs per task."),
+    epochs: int = typer.Option(25, min=1, help="Epochs per task."),
     batch: int = typer.Option(32, min=1, help="Samples per step."),
     optimizer: str = typer.Option("adam", help="sgd or adam."),
     lr: float = typer.Option(0.001, help="Learning rate."),
