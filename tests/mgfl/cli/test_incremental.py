@@ -40,3 +40,20 @@ def test_more_classes_than_the_data_set_has_is_an_error(device):
     )
     assert result.exit_code == 2
     assert "classes" in result.output
+
+
+def test_federated_run_through_the_command_line(tmp_path, device):
+    out = tmp_path / "fcl.json"
+    result = runner.invoke(
+        app,
+        ["incremental", "--data", "synthetic:1,6,6:4", "--tasks", "2", "--clients", "2",
+         "--rounds-per-task", "2", "--stagger", "1", "--memory", "8", "--local-epochs", "1",
+         "--batch", "16", "--no-flower", "--json", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    assert [h["global_classes"] for h in payload["history"]] == [2, 2, 4, 4, 4]
+    for key in KEYS:
+        assert key in payload
+    assert payload["exemplar_bytes"] == 2 * 8 * 36 * 4  # float32, as --exemplar-dtype says
+    assert "round   3: client tasks 1 0" in result.output
