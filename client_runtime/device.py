@@ -161,6 +161,16 @@ def choose_device(selection: str | None = None) -> DeviceInfo:
     return min(matches, key=_preference)
 
 
+_crash_prone_driver_opened = False
+
+
+def crash_prone_driver_opened() -> bool:
+    """Whether this process opened a device whose driver crashes when buffers that kernels used
+    are released (seen with NVIDIA's OpenCL, driver 580.159): such a process should end without
+    the interpreter's teardown once its output is flushed."""
+    return _crash_prone_driver_opened
+
+
 def _drain(queue: cl.CommandQueue) -> None:
     """At exit, finish queued work and free OpenCL objects while the driver is still loaded:
     NVIDIA's driver crashed when buffers and events were released during interpreter teardown."""
@@ -168,6 +178,9 @@ def _drain(queue: cl.CommandQueue) -> None:
         queue.finish()
     except cl.Error:
         pass  # a lost device has nothing left to finish
+    from client_runtime.step import close_all_steps
+
+    close_all_steps()
     gc.collect()
 
 
@@ -183,6 +196,13 @@ class Device:
             self.context, device, properties=cl.command_queue_properties.PROFILING_ENABLE
         )
         atexit.register(_drain, self.queue)
+        if self.releases_crash:
+            global _crash_prone_driver_opened
+            _crash_prone_driver_opened = True
+
+    @property
+    def releases_crash(self) -> bool:
+        return "NVIDIA" in self.info.platform
 
     @classmethod
     def open(cls, selection: str | None = None) -> Device:

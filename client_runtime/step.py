@@ -8,6 +8,7 @@ bound launches. Nothing is read back per step; loss and accuracy accumulate on t
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from math import prod
 
@@ -29,6 +30,15 @@ from kernels import elementwise
 from kernels import optimizer as opt_kernels
 from kernels.launch import Launch
 from mgfl.models.model import Model
+
+_open_steps: weakref.WeakSet = weakref.WeakSet()
+_retained: list = []
+
+
+def close_all_steps() -> None:
+    """Release every live step (called at exit, while the driver is still loaded)."""
+    for step in list(_open_steps):
+        step.close()
 
 
 class ArenaTooLargeError(MemoryError):
@@ -159,10 +169,15 @@ class CompiledStep:
         self.arena = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(self.plan.peak_bytes, 1))
         if poison:  # NaN everywhere: a kernel that reads what nobody wrote produces NaN
             cl.enqueue_fill_buffer(queue, self.arena, np.float32(np.nan), 0, self.plan.peak_bytes)
-        self.views = {
-            name: self.arena.get_sub_region(p.offset, max(p.request.nbytes, 1))
-            for name, p in self.plan.placements.items()
-        }
+        # One sub-buffer per distinct region: tensors that the planner put at the same offset
+        # with the same size share it (NVIDIA's driver crashed releasing identical sub-buffers).
+        self._regions: dict[tuple[int, int], cl.Buffer] = {}
+        self.views = {}
+        for name, p in self.plan.placements.items():
+            region = (p.offset, max(p.request.nbytes, 1))
+            if region not in self._regions:
+                self._regions[region] = self.arena.get_sub_region(*region)
+            self.views[name] = self._regions[region]
         self._upload_initial_state(state)
         lib = device.kernels
         self._poison_freed = poison_freed
@@ -180,6 +195,8 @@ class CompiledStep:
         ]
         x_shape = (self.micro_batch, *model.input_shape)
         self.staging = StagingRing(device, x_shape, (self.micro_batch,))
+        self._closed = False
+        _open_steps.add(self)
         self.profiler = StepProfiler(enabled=profile)
         self.steps_done = 0
 
@@ -354,6 +371,37 @@ class CompiledStep:
             out[start : start + count] = chunk[:count]
         self.read_eval_stats(reset=True)
         return out
+
+    def close(self) -> None:
+        """Release the step's OpenCL objects in a safe order: launches (which hold sub-buffers),
+        then the sub-buffers, then the arena and the staging buffers. Left to the garbage
+        collector, a parent buffer could go before its sub-buffers, which crashed NVIDIA's
+        driver."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        try:
+            self.device.queue.finish()
+        except cl.Error:
+            pass  # a lost device: release what can be released
+        self.profiler.collect()  # its pending events hold launches
+        for launches in (self.train_launches, self.eval_launches, self.accumulated_update_launches):
+            launches.clear()
+        self.update_launches = []
+        self._launches_of = {}
+        self.views = {}
+        if self.device.releases_crash:
+            # Kept until the process ends: releasing these crashed NVIDIA's driver (580.159).
+            _retained.append((self._regions, self.arena, self.staging))
+        else:
+            for region in self._regions.values():
+                region.release()
+            self.arena.release()
+            self.staging.close()
+        self._regions = {}
+
+    def __del__(self) -> None:
+        self.close()
 
     @property
     def peak_bytes(self) -> int:

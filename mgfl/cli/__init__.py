@@ -38,4 +38,26 @@ from mgfl.cli import (  # noqa: E402,F401
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        _end(done.code)
+        raise
+    _end(0)
+
+
+def _end(code) -> None:
+    """After a command that used NVIDIA's OpenCL, leave without the interpreter's teardown, where
+    the driver crashes while buffers are freed; everything has been written and flushed."""
+    import sys
+
+    if "client_runtime.device" not in sys.modules:
+        return
+    from client_runtime.device import crash_prone_driver_opened
+
+    if crash_prone_driver_opened():
+        import os
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else (0 if code is None else 1))

@@ -122,7 +122,7 @@ def test_keeps_only_correct_winners_within_budget(device):
 def test_skips_candidates_beyond_device_limits(device):
     base = default_config(device.cl_device)
     too_big = replace(base, k_block=1 << 20) if not base.use_local_memory else replace(
-        base, tile_m=128, tile_n=128, wpt_m=4, wpt_n=4)
+        base, tile_m=128, tile_n=128, wpt_m=1, wpt_n=1)  # 16,384 work-items: above any device
 
     def candidates(_device, _shape):
         return [too_big, base]
