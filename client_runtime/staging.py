@@ -35,6 +35,16 @@ class StagingRing:
         self.map_queue = cl.CommandQueue(device.context, device.cl_device)
         self.turn = 0
 
+    def close(self) -> None:
+        """Wait for pending copies, then release the staging buffers."""
+        for events in self.pending:
+            for event in events:
+                event.wait()
+        self.pending = [[] for _ in self.slots]
+        for slot in self.slots:
+            slot.release()
+        self.slots = []
+
     def send(self, x: np.ndarray, y: np.ndarray, dst_x: cl.Buffer, dst_y: cl.Buffer) -> list:
         """Write one batch into the next slot and enqueue its copies on the device queue; returns
         the copy events (for profiling). Waits only for this slot's copies of two batches ago."""
