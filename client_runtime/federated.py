@@ -298,10 +298,14 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     trained = step.get_state(list(layout.travelling))
     changes = {name: trained[name] - received[name] for name in layout.travelling}
     codec = get_codec(config.codec)
-    residuals = _load_residuals(context, codec.spec) if codec.error_feedback else None
-    encoded = encode_update(changes, codec, residuals, np.random.default_rng(seed))
-    if codec.error_feedback:
-        _store_residuals(context, codec.spec, encoded.residuals)
+    buffer_codec = get_codec(config.uplink_buffer_codec())
+    codecs_spec = f"{codec.spec}|{buffer_codec.spec}"
+    feedback = codec.error_feedback or buffer_codec.error_feedback
+    residuals = _load_residuals(context, codecs_spec) if feedback else None
+    encoded = encode_update(changes, codec, residuals, np.random.default_rng(seed),
+                            codec_of={name: buffer_codec for name in layout.buffers})
+    if feedback:
+        _store_residuals(context, codecs_spec, encoded.residuals)
     programs = device.kernels.stats
     metrics = MetricRecord(
         {

@@ -56,6 +56,7 @@ class RunConfig:
     seed: int = 0  # batch order and top-k rounding; mixed with round and partition
     # updates
     codec: str = "none"  # uplink: none | fp16 | int8 | int8-channel | topk:F
+    buffer_codec: str = "auto"  # BatchNorm statistics; auto = the uplink codec, int8 if sparse
     downlink_codec: str = "none"  # none | fp16 (dense codecs only: clients start from it)
     # where things happen
     device: str = ""  # OpenCL device of clients and server evaluation; "" = MGFL_DEVICE or auto
@@ -114,8 +115,20 @@ class RunConfig:
         from mgfl.codecs import get_codec
 
         get_codec(self.codec)
+        get_codec(self.uplink_buffer_codec())
         if get_codec(self.downlink_codec).name not in ("none", "fp16"):
             raise ValueError("downlink-codec must be none or fp16: clients train from what arrives")
+
+
+    def uplink_buffer_codec(self) -> str:
+        """The codec of the BatchNorm statistics' change. A sparse codec would starve them (a
+        64-entry running mean at 0.1% travels one entry in sixteen rounds) and the server's
+        evaluation depends on them, so with ``auto`` they go dense in int8 then."""
+        if self.buffer_codec != "auto":
+            return self.buffer_codec
+        from mgfl.codecs import get_codec
+
+        return "int8" if get_codec(self.codec).sparse else self.codec
 
 
 # Keys the server adds to the training configuration: Flower's round number, and the digest

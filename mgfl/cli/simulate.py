@@ -51,6 +51,7 @@ def plot_history(history: dict, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rounds = history["rounds"]
     trained = [r for r in rounds if r["round"] > 0]
@@ -66,6 +67,8 @@ def plot_history(history: dict, path: Path) -> Path:
     right.set(xlabel="round", ylabel="bytes per round", title="traffic", yscale="log")
     right.grid(alpha=0.3)
     right.legend()
+    for axis in (left, right):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     config = history.get("run", {}).get("config", {})
     fig.suptitle(f"{config.get('strategy', '')} | {config.get('model', '')} on "
                  f"{config.get('dataset', '')} | uplink codec {config.get('codec', '')}")

@@ -50,6 +50,7 @@ class Codec(ABC):
     codec_id: ClassVar[int]
     lossless: ClassVar[bool] = False
     error_feedback: ClassVar[bool] = False
+    sparse: ClassVar[bool] = False  # sends only some entries of an array
 
     @abstractmethod
     def encode(self, array: np.ndarray, rng: np.random.Generator | None = None) -> bytes | None:

@@ -56,6 +56,7 @@ class TopK(Codec):
     name = "topk"
     codec_id = 4
     error_feedback = True
+    sparse = True
 
     def __init__(self, fraction: float = 0.01):
         if not 0.0 < fraction <= 1.0:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mgfl.codecs.base import DEFAULT_MAX_ELEMENTS, VERSION, encode_record, read_record
+from mgfl.codecs.base import DEFAULT_MAX_ELEMENTS, VERSION, Codec, encode_record, read_record
 from mgfl.codecs.errors import CodecError
 from mgfl.codecs.feedback import encode_with_feedback
 from mgfl.codecs.registry import decoders
@@ -38,30 +38,33 @@ class EncodedUpdate:
 
 def encode_update(
     arrays: Mapping[str, np.ndarray],
-    codec,
+    codec: Codec,
     residuals: Mapping[str, np.ndarray] | None = None,
     rng: np.random.Generator | None = None,
+    codec_of: Mapping[str, Codec] | None = None,
 ) -> EncodedUpdate:
-    """Encodes every array with ``codec``; with a codec that wants error feedback, ``residuals``
-    (from the previous call, or None at first) are added in and the new ones returned."""
+    """Encodes every array with ``codec``, or with ``codec_of[name]`` where given; arrays whose
+    codec wants error feedback have their ``residuals`` (from the previous call, or None at
+    first) added in, and the new ones are returned."""
     records: list[bytes] = []
     sent: dict[str, np.ndarray] = {}
     kept: dict[str, np.ndarray] = {}
     for name, array in arrays.items():
         array = np.asarray(array)
-        if codec.error_feedback:
+        chosen = codec_of.get(name, codec) if codec_of else codec
+        if chosen.error_feedback:
             previous = None if residuals is None else residuals.get(name)
             if previous is not None and np.shape(previous) != array.shape:
                 raise CodecError(f"{name}: residual of shape {np.shape(previous)} for an array "
                                  f"of shape {array.shape}")
-            step = encode_with_feedback(codec, array, previous, rng)
+            step = encode_with_feedback(chosen, array, previous, rng)
             payload, sent[name], kept[name] = step.payload, step.sent, step.residual
         else:
-            payload = codec.encode(array, rng)
+            payload = chosen.encode(array, rng)
             sent[name] = (np.zeros_like(array) if payload is None
-                          else codec.decode(payload, array.shape, array.dtype))
+                          else chosen.decode(payload, array.shape, array.dtype))
         if payload is not None:
-            records.append(encode_record(name, array, codec.codec_id, payload))
+            records.append(encode_record(name, array, chosen.codec_id, payload))
     blob = b"".join([BUNDLE_MAGIC, bytes([VERSION]), varint(len(records)), *records])
     return EncodedUpdate(blob, sent, kept, len(records))
 

@@ -110,6 +110,17 @@ def test_error_feedback_residual_lives_in_the_node_state():
     assert any(not np.array_equal(after[n], residual[n]) for n in layout.trainable)
 
 
+def test_batchnorm_statistics_travel_dense_beside_a_sparse_update():
+    config, _, layout, initial = setup({**WITH_BUFFERS, "codec": "topk:0.01"})
+    context = node_context()
+    reply = federated.train_round(train_message(config, layout, initial).content, context)
+    changes = decode_update(bundle_of(reply), layout.travelling_shapes())
+    assert set(layout.buffers) <= set(changes)
+    assert all(np.count_nonzero(changes[n]) > changes[n].size // 2 for n in layout.buffers)
+    residual = context.state[federated.RESIDUAL_KEY]
+    assert set(residual) == set(layout.trainable)
+
+
 def test_a_different_frozen_model_is_refused():
     config, _, layout, initial = setup({**SMALL, "freeze": "head"})
     message = train_message(config, layout, initial, digest="0" * 16)

@@ -50,3 +50,13 @@ def test_integers_are_accepted_for_floats_and_server_keys_ignored():
 def test_mistakes_are_refused(values, match):
     with pytest.raises(ValueError, match=match):
         RunConfig.from_mapping(values)
+
+
+@pytest.mark.parametrize(
+    ("codec", "buffer_codec", "expected"),
+    [("none", "auto", "none"), ("int8-channel", "auto", "int8-channel"),
+     ("topk:0.01", "auto", "int8"), ("topk:0.01", "fp16", "fp16")],
+)
+def test_batchnorm_statistics_are_never_sparse_unless_asked(codec, buffer_codec, expected):
+    config = RunConfig(codec=codec, buffer_codec=buffer_codec)
+    assert config.uplink_buffer_codec() == expected

@@ -35,7 +35,9 @@ def test_ids_are_unique_and_decoders_exist():
         decoder_for(200)
 
 
-def test_only_topk_wants_error_feedback():
+def test_only_topk_wants_error_feedback_and_is_sparse():
     assert get_codec("topk:0.1").error_feedback
     assert not any(get_codec(s).error_feedback for s in ("none", "fp16", "int8", "int8-channel"))
     assert get_codec("none").lossless
+    assert get_codec("topk:0.1").sparse
+    assert not any(get_codec(s).sparse for s in ("none", "fp16", "int8", "int8-channel"))

@@ -129,3 +129,15 @@ def test_sent_is_what_the_receiver_decodes(rng):
         for name, array in arrays.items():
             np.testing.assert_array_equal(decoded.get(name, np.zeros_like(array)),
                                           encoded.sent[name])
+
+
+def test_arrays_can_have_codecs_of_their_own(rng):
+    arrays = random_arrays(rng)
+    dense = {"layers.1.weight", "layers.2.weight"}
+    int8 = get_codec("int8")
+    encoded = encode_update(arrays, get_codec("topk:0.01"), codec_of={n: int8 for n in dense})
+    decoded = decode_update(encoded.blob, {n: a.shape for n, a in arrays.items()})
+    for name in dense:
+        step = np.abs(arrays[name]).max() / 127
+        assert np.all(np.abs(decoded[name] - arrays[name]) <= step / 2 * (1 + 1e-5))
+    assert set(encoded.residuals) == set(arrays) - dense  # only top-k arrays keep a residual
