@@ -2,6 +2,8 @@
 
 A Linear layer's output is the case HW = 1. Training statistics are reduced by one work-group per
 channel, which also writes the normalized output: the forward and the backward are one launch each.
+Work-items read a channel as vectors along HW; on CPUs the vectors are as wide as the SIMD unit and
+each item takes one contiguous range, on GPUs they are 4 wide and interleave for coalescing.
 """
 
 from __future__ import annotations
@@ -16,17 +18,37 @@ GROUP_DEFINE = "BN_GROUP"
 PROGRAM = "batchnorm"
 DEFAULT_GROUP = 128
 ELEMENTWISE_GROUP = 64
+VECTOR_WIDTHS = (1, 2, 4, 8, 16)
+
+GPU_DEFAULTS: dict[str, int] = {"BN_GROUP": DEFAULT_GROUP, "BN_VW": 4, "BN_CONTIGUOUS": 0}
+# Measured with PoCL on 32 x 64 x 400: few items per channel, each walking one contiguous range.
+CPU_DEFAULTS: dict[str, int] = {"BN_GROUP": 8, "BN_VW": 8, "BN_CONTIGUOUS": 1}
 
 
-def _group_size(lib: KernelLibrary, defines: Defines) -> int:
-    """The channel work-group size: BN_GROUP if given, else the default within the device limit."""
-    group = int(defines.get("BN_GROUP", min(DEFAULT_GROUP, lib.device.max_work_group_size)))
+def default_defines(device: cl.Device) -> dict[str, int]:
+    """Group size, vector width and slot order for the device type, within its limits."""
+    if device.type & cl.device_type.CPU:
+        native = int(device.native_vector_width_float)
+        width = max(w for w in VECTOR_WIDTHS if w <= max(4, min(native, 16)))
+        defines = {**CPU_DEFAULTS, "BN_VW": width}
+    else:
+        defines = dict(GPU_DEFAULTS)
+    defines["BN_GROUP"] = min(defines["BN_GROUP"], int(device.max_work_group_size))
+    return defines
+
+
+def _resolve(lib: KernelLibrary, defines: Defines | None) -> dict:
+    """The device defaults overridden by ``defines``, checked."""
+    resolved = {**default_defines(lib.device), **(defines or {})}
+    group = int(resolved["BN_GROUP"])
     if group < 1 or group & (group - 1) or group > lib.device.max_work_group_size:
         raise ValueError(
             f"BN_GROUP={group} must be a power of two no larger than the device's "
             f"max_work_group_size {lib.device.max_work_group_size}"
         )
-    return group
+    if resolved["BN_VW"] not in VECTOR_WIDTHS:
+        raise ValueError(f"BN_VW must be one of {VECTOR_WIDTHS}, got {resolved['BN_VW']}")
+    return resolved
 
 
 def _group_kernel(lib: KernelLibrary, name: str, defines: Defines, group: int) -> cl.Kernel:
@@ -76,9 +98,8 @@ def batchnorm_forward_train(
             f"batch norm in training needs more than one value per channel (n={n}, hw={hw}): "
             "use a larger batch or the evaluation forward"
         )
-    defines = dict(defines or {})
-    group = _group_size(lib, defines)
-    defines["BN_GROUP"] = group
+    defines = _resolve(lib, defines)
+    group = defines["BN_GROUP"]
     kernel = _group_kernel(lib, "batchnorm_forward_train", defines, group)
     buffers = [x, gamma, beta, y, mean, invstd, running_mean, running_var]
     kernel.set_args(
@@ -111,10 +132,16 @@ def batchnorm_forward_eval(
     c: int,
     hw: int,
     eps: float = 1e-5,
+    defines: Defines | None = None,
 ) -> list[Launch]:
     """Normalize with the running statistics; ``y`` may alias ``x``."""
     _check_shape(n, c, hw)
-    kernel = lib.kernel(PROGRAM, "batchnorm_forward_eval")
+    defines = _resolve(lib, defines)
+    width = defines["BN_VW"]
+    vectors = -(-hw // width)
+    local0 = min(vectors, ELEMENTWISE_GROUP)
+    local = (local0, min(n * c, ELEMENTWISE_GROUP // local0))
+    kernel = lib.kernel(PROGRAM, "batchnorm_forward_eval", defines)
     buffers = [x, gamma, beta, y, running_mean, running_var]
     kernel.set_args(*buffers, as_int(n), as_int(c), as_int(hw), np.float32(eps))
     total = n * c * hw
@@ -122,9 +149,9 @@ def batchnorm_forward_eval(
         Launch(
             "batchnorm_forward_eval",
             kernel,
-            (round_up(total, ELEMENTWISE_GROUP),),
-            (ELEMENTWISE_GROUP,),
-            flops=6 * total,
+            (round_up(vectors, local[0]), round_up(n * c, local[1])),
+            local,
+            flops=2 * total + 4 * n * c * vectors,
             bytes_moved=8 * total + 16 * c,
             keep_alive=buffers,
         )
@@ -159,10 +186,9 @@ def batchnorm_backward(
     with_dx = input_grad
     if not (with_dx or dgamma is not None or dbeta is not None):
         return []
-    defines = dict(defines or {})
-    group = _group_size(lib, defines)
+    defines = _resolve(lib, defines)
+    group = defines["BN_GROUP"]
     defines.update(
-        BN_GROUP=group,
         WITH_DX=int(with_dx),
         WITH_DGAMMA=int(dgamma is not None),
         WITH_DBETA=int(dbeta is not None),

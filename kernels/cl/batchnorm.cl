@@ -1,12 +1,25 @@
 // Batch normalization over (N, C, HW) tensors: per-channel statistics over the N*HW values of a
 // channel. One work-group owns one channel, so every reduction runs in a fixed order inside the
-// group (private partial sums, then a local tree) and the results do not depend on scheduling.
+// group (private vector sums, then a local tree) and the results do not depend on scheduling.
 //
-// Defines: BN_GROUP (work-group size, a power of two).
+// A channel is N runs of HW contiguous values. Work-items read them as vectors of BN_VW values
+// ("slots": run n, vector v), so a CPU driver issues SIMD loads and a GPU 16-byte ones; the last
+// vector of a run may be partial and its extra lanes are zeroed. Vector loads never reach past the
+// end of the tensor: a partial vector at its very end is read lane by lane.
+//
+// Defines: BN_GROUP (work-group size, a power of two), BN_VW (vector width: 1, 2, 4, 8 or 16),
+// BN_CONTIGUOUS (1: each item takes one contiguous range of slots, which suits a CPU that runs
+// the items one after the other; 0: items interleave slot by slot, which suits a GPU's coalescing).
 // Backward defines: WITH_DX, WITH_DGAMMA, WITH_DBETA (0 or 1) select which gradients are written.
 
 #ifndef BN_GROUP
 #define BN_GROUP 128
+#endif
+#ifndef BN_VW
+#define BN_VW 4
+#endif
+#ifndef BN_CONTIGUOUS
+#define BN_CONTIGUOUS 0
 #endif
 #ifndef WITH_DX
 #define WITH_DX 1
@@ -17,6 +30,61 @@
 #ifndef WITH_DBETA
 #define WITH_DBETA 1
 #endif
+
+#define BN_CAT(a, b) a##b
+#define BN_XCAT(a, b) BN_CAT(a, b)
+
+typedef float float1;
+typedef int int1;
+#define VECF BN_XCAT(float, BN_VW)
+#define VECI BN_XCAT(int, BN_VW)
+
+#if BN_VW == 1
+#define VLOAD(p) (*(p))
+#define VSTORE(v, p) (*(p) = (v))
+#define LANES 0
+#define HSUM(v) (v)
+#elif BN_VW == 2
+#define VLOAD(p) vload2(0, p)
+#define VSTORE(v, p) vstore2(v, 0, p)
+#define LANES (int2)(0, 1)
+#define HSUM(v) dot(v, (float2)(1.0f))
+#elif BN_VW == 4
+#define VLOAD(p) vload4(0, p)
+#define VSTORE(v, p) vstore4(v, 0, p)
+#define LANES (int4)(0, 1, 2, 3)
+#define HSUM(v) dot(v, (float4)(1.0f))
+#elif BN_VW == 8
+#define VLOAD(p) vload8(0, p)
+#define VSTORE(v, p) vstore8(v, 0, p)
+#define LANES (int8)(0, 1, 2, 3, 4, 5, 6, 7)
+#define HSUM(v) (dot((v).lo, (float4)(1.0f)) + dot((v).hi, (float4)(1.0f)))
+#elif BN_VW == 16
+#define VLOAD(p) vload16(0, p)
+#define VSTORE(v, p) vstore16(v, 0, p)
+#define LANES (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+#define HSUM(v) hsum16(v)
+// oclgrind loses track of the halves of a float16; private memory keeps it exact.
+inline float hsum16(const float16 v) {
+    float lanes[16];
+    vstore16(v, 0, lanes);
+    const float8 h = vload8(0, lanes) + vload8(1, lanes);
+    return dot(h.lo, (float4)(1.0f)) + dot(h.hi, (float4)(1.0f));
+}
+#else
+#error "BN_VW must be 1, 2, 4, 8 or 16"
+#endif
+
+#if BN_GROUP & (BN_GROUP - 1)
+#error "BN_GROUP must be a power of two"
+#endif
+
+// (x / y, x % y) for x >= 0, y > 0, without `%` (oclgrind cannot follow the `freeze` LLVM puts
+// between a division and a remainder of the same operands).
+inline int2 divmod(const int x, const int y) {
+    const int q = x / y;
+    return (int2)(q, mad_sat(-q, y, x));
+}
 
 // Sum of the work-group's values; every work-item gets the total. Leaves `scratch` free to reuse.
 inline float group_sum(float value, __local float* scratch) {
@@ -32,11 +100,78 @@ inline float group_sum(float value, __local float* scratch) {
     return total;
 }
 
-// Offset of the j-th value (0 <= j < n*hw) of channel c.
-inline int channel_offset(int j, int c, int channels, int hw) {
-    const int sample = j / hw;
-    return (sample * channels + c) * hw + (j - sample * hw);
+// The slots of this work-item: slot j is (run j / vectors, vector j % vectors); the walk keeps
+// (run, vector) up to date without a division per slot.
+typedef struct {
+    int j, end, step, run, vec, step_run, step_vec;
+} SlotWalk;
+
+inline SlotWalk slot_walk(const int runs, const int vectors) {
+    const int total = runs * vectors;
+    const int lid = get_local_id(0);
+    SlotWalk w;
+#if BN_CONTIGUOUS
+    const int per_item = (total + BN_GROUP - 1) / BN_GROUP;
+    w.j = min(lid * per_item, total);
+    w.end = min(w.j + per_item, total);
+    w.step = 1;
+#else
+    w.j = lid;
+    w.end = total;
+    w.step = BN_GROUP;
+#endif
+    const int2 first = divmod(w.j, vectors);
+    const int2 step = divmod(w.step, vectors);
+    w.run = first.x;
+    w.vec = first.y;
+    w.step_run = step.x;
+    w.step_vec = step.y;
+    return w;
 }
+
+inline void slot_next(SlotWalk* w, const int vectors) {
+    w->j += w->step;
+    w->run += w->step_run;
+    w->vec += w->step_vec;
+    if (w->vec >= vectors) {
+        w->vec -= vectors;
+        w->run += 1;
+    }
+}
+
+// The values of one slot starting at element `at`; lanes past the run (lane >= count) are zero.
+// Reads only the slot's own elements.
+inline VECF load_slot_exact(const __global float* src, const int at, const int count) {
+    if (count == BN_VW) return VLOAD(src + at);
+    float lanes[BN_VW];
+    for (int p = 0; p < BN_VW; ++p) lanes[p] = p < count ? src[at + p] : 0.0f;
+    return VLOAD(lanes);
+}
+
+// The same, with one vector load that may read (and discard) the next run's first elements, where
+// they are inside the tensor. Only for tensors that no work-item of the launch writes.
+inline VECF load_slot(const __global float* src, const int at, const int count, const int total) {
+    if (count < BN_VW && at + BN_VW <= total)
+        return select((VECF)(0.0f), VLOAD(src + at), LANES < count);
+    return load_slot_exact(src, at, count);
+}
+
+inline void store_slot(__global float* dst, const int at, const int count, const VECF v) {
+    if (count == BN_VW) {
+        VSTORE(v, dst + at);
+    } else {
+        float lanes[BN_VW];
+        VSTORE(v, lanes);
+        for (int p = 0; p < count; ++p) dst[at + p] = lanes[p];
+    }
+}
+
+// Visits every slot of channel c with `at` (first element) and `count` (valid lanes) in scope.
+#define FOR_EACH_SLOT(walk)                                                        \
+    for (SlotWalk walk = slot_walk(n, vectors); walk.j < walk.end;                 \
+         slot_next(&walk, vectors))
+#define SLOT_AT(walk) ((walk.run * channels + c) * hw + walk.vec * BN_VW)
+#define SLOT_COUNT(walk) min(BN_VW, hw - walk.vec * BN_VW)
 
 // Batch statistics (mean, then the biased variance around it: two passes for accuracy), the
 // normalized output, the saved mean/invstd and the running statistics (PyTorch semantics).
@@ -51,25 +186,28 @@ void batchnorm_forward_train(__global const float* x, __global const float* gamm
     const int c = get_group_id(0);
     const int lid = get_local_id(0);
     const int count = n * hw;
+    const int total = count * channels;
+    const int vectors = (hw + BN_VW - 1) / BN_VW;
 
-    float partial = 0.0f;
-    for (int j = lid; j < count; j += BN_GROUP) partial += x[channel_offset(j, c, channels, hw)];
-    const float mean = group_sum(partial, scratch) / (float)count;
+    VECF sum = 0.0f;
+    FOR_EACH_SLOT(s) sum += load_slot(x, SLOT_AT(s), SLOT_COUNT(s), total);
+    const float mean = group_sum(HSUM(sum), scratch) / (float)count;
 
-    partial = 0.0f;
-    for (int j = lid; j < count; j += BN_GROUP) {
-        const float d = x[channel_offset(j, c, channels, hw)] - mean;
-        partial += d * d;
+    VECF squares_v = 0.0f;
+    FOR_EACH_SLOT(s) {
+        const VECF d = load_slot(x, SLOT_AT(s), SLOT_COUNT(s), total) - mean;
+        squares_v = mad(d, select((VECF)(0.0f), d, LANES < SLOT_COUNT(s)), squares_v);
     }
-    const float squares = group_sum(partial, scratch);
+    const float squares = group_sum(HSUM(squares_v), scratch);
     const float var = squares / (float)count;
     const float invstd = rsqrt(var + eps);
 
+    // (x - mean) * g rather than x * g - mean * g: no cancellation when |mean| >> std.
     const float g = gamma[c] * invstd;
-    const float shift = beta[c] - mean * g;
-    for (int j = lid; j < count; j += BN_GROUP) {
-        const int i = channel_offset(j, c, channels, hw);
-        y[i] = x[i] * g + shift;
+    const float b = beta[c];
+    FOR_EACH_SLOT(s) {
+        const int at = SLOT_AT(s), valid = SLOT_COUNT(s);
+        store_slot(y, at, valid, mad(load_slot(x, at, valid, total) - mean, (VECF)(g), (VECF)(b)));
     }
     if (lid == 0) {
         mean_out[c] = mean;
@@ -80,18 +218,24 @@ void batchnorm_forward_train(__global const float* x, __global const float* gamm
     }
 }
 
-// Inference: normalize with the running statistics; one work-item per element.
+// Inference: normalize with the running statistics. Work-item (vector v, n * C + c).
+// Global size (ceil(HW / BN_VW), N * C), each rounded up to the work-group shape.
 __kernel void batchnorm_forward_eval(__global const float* x, __global const float* gamma,
                                      __global const float* beta, __global float* y,
                                      __global const float* running_mean,
                                      __global const float* running_var,
                                      const int n, const int channels, const int hw,
                                      const float eps) {
-    const int i = get_global_id(0);
-    if (i >= n * channels * hw) return;
-    const int c = (i / hw) % channels;
+    const int v = get_global_id(0);
+    const int nc = get_global_id(1);
+    const int vectors = (hw + BN_VW - 1) / BN_VW;
+    if (v >= vectors || nc >= n * channels) return;
+    const int c = nc - (nc / channels) * channels;
     const float g = gamma[c] * rsqrt(running_var[c] + eps);
-    y[i] = (x[i] - running_mean[c]) * g + beta[c];
+    const int at = nc * hw + v * BN_VW;
+    const int valid = min(BN_VW, hw - v * BN_VW);
+    const VECF xc = load_slot_exact(x, at, valid) - running_mean[c];  // y may alias x
+    store_slot(y, at, valid, mad(xc, (VECF)(g), (VECF)(beta[c])));
 }
 
 // Gradients from the forward input x and the saved mean/invstd, xhat = (x - mean) * invstd:
@@ -108,19 +252,21 @@ void batchnorm_backward(__global const float* x, __global const float* dy,
     const int c = get_group_id(0);
     const int lid = get_local_id(0);
     const int count = n * hw;
+    const int total = count * channels;
+    const int vectors = (hw + BN_VW - 1) / BN_VW;
     const float mean = mean_in[c];
     const float invstd = invstd_in[c];
 
-    float partial_dy = 0.0f;
-    float partial_dy_xhat = 0.0f;
-    for (int j = lid; j < count; j += BN_GROUP) {
-        const int i = channel_offset(j, c, channels, hw);
-        const float g = dy[i];
-        partial_dy += g;
-        partial_dy_xhat += g * (x[i] - mean);
+    VECF sum_dy_v = 0.0f;
+    VECF sum_dy_xc_v = 0.0f;
+    FOR_EACH_SLOT(s) {
+        const int at = SLOT_AT(s), valid = SLOT_COUNT(s);
+        const VECF g = load_slot(dy, at, valid, total);  // zero past the run
+        sum_dy_v += g;
+        sum_dy_xc_v = mad(g, load_slot(x, at, valid, total) - mean, sum_dy_xc_v);
     }
-    const float sum_dy = group_sum(partial_dy, scratch);
-    const float sum_dy_xhat = group_sum(partial_dy_xhat, scratch) * invstd;
+    const float sum_dy = group_sum(HSUM(sum_dy_v), scratch);
+    const float sum_dy_xhat = group_sum(HSUM(sum_dy_xc_v), scratch) * invstd;
 
     if (lid == 0) {
 #if WITH_DGAMMA
@@ -134,10 +280,11 @@ void batchnorm_backward(__global const float* x, __global const float* dy,
     const float scale = gamma[c] * invstd;
     const float mean_dy = sum_dy / (float)count;
     const float mean_dy_xhat = sum_dy_xhat / (float)count;
-    for (int j = lid; j < count; j += BN_GROUP) {
-        const int i = channel_offset(j, c, channels, hw);
-        const float xhat = (x[i] - mean) * invstd;
-        dx[i] = scale * (dy[i] - mean_dy - xhat * mean_dy_xhat);
+    FOR_EACH_SLOT(s) {
+        const int at = SLOT_AT(s), valid = SLOT_COUNT(s);
+        const VECF xhat = (load_slot(x, at, valid, total) - mean) * invstd;
+        const VECF g = load_slot(dy, at, valid, total);
+        store_slot(dx, at, valid, scale * (g - mean_dy - xhat * mean_dy_xhat));
     }
 #endif
 }

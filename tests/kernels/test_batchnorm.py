@@ -153,3 +153,75 @@ def test_a_single_value_per_channel_cannot_train(lib, bufs):
     b = bufs.empty(4)
     with pytest.raises(ValueError, match="more than one value per channel"):
         batchnorm.batchnorm_forward_train(lib, b, b, b, b, b, b, b, b, n=1, c=4, hw=1)
+
+
+DEFINES = [
+    {"BN_GROUP": 1, "BN_VW": 1},
+    {"BN_GROUP": 4, "BN_VW": 16, "BN_CONTIGUOUS": 1},
+    {"BN_GROUP": 32, "BN_VW": 2, "BN_CONTIGUOUS": 0},
+    batchnorm.GPU_DEFAULTS,
+    batchnorm.CPU_DEFAULTS,
+]
+
+
+@pytest.mark.parametrize("defines", DEFINES, ids=["scalar", "16-wide", "2-wide", "gpu", "cpu"])
+def test_group_shapes_and_vector_widths_give_the_same_results(device, lib, bufs, rng, defines):
+    """Every kernel with other build-time defines, on odd shapes and on runs of whole vectors."""
+    shapes = [*_shapes(rng), (3, 5, 16), (2, 3, scale(400, 24))]
+    for n, c, hw in shapes:
+        x = rng.normal(2.0, 3.0, (n, c, hw)).astype(np.float32)
+        dy = rng.normal(size=(n, c, hw)).astype(np.float32)
+        gamma, beta, running_mean, running_var = _params(rng, c)
+        bx, by, bmean, binv = bufs.up(x), bufs.empty(x.size), bufs.empty(c), bufs.empty(c)
+        brm, brv = bufs.up(running_mean), bufs.up(running_var)
+        bgamma, bbeta = bufs.up(gamma), bufs.up(beta)
+        if n * hw > 1:
+            run(device.queue, batchnorm.batchnorm_forward_train(
+                lib, bx, bgamma, bbeta, by, bmean, binv, brm, brv, n=n, c=c, hw=hw,
+                defines=defines,
+            ))
+            y, mean, invstd, new_mean, new_var = ref.batchnorm_forward_train(
+                x, gamma, beta, running_mean, running_var
+            )
+            assert_close(bufs.down(by, x.shape), y)
+            assert_close(bufs.down(brm, c), new_mean)
+            assert_close(bufs.down(brv, c), new_var)
+            saved_mean, saved_invstd = bufs.down(bmean, c), bufs.down(binv, c)
+            assert_close(saved_mean, mean)
+            assert_close(saved_invstd, invstd)
+            bdx, bdgamma, bdbeta = bufs.empty(x.size), bufs.empty(c), bufs.empty(c)
+            run(device.queue, batchnorm.batchnorm_backward(
+                lib, bx, bufs.up(dy), bgamma, bmean, binv, bdx, bdgamma, bdbeta,
+                n=n, c=c, hw=hw, defines=defines,
+            ))
+            dx, dgamma, dbeta = ref.batchnorm_backward(x, dy, gamma, saved_mean, saved_invstd)
+            assert_close(bufs.down(bdx, x.shape), dx)
+            assert_close(bufs.down(bdgamma, c), dgamma)
+            assert_close(bufs.down(bdbeta, c), dbeta)
+        run(device.queue, batchnorm.batchnorm_forward_eval(
+            lib, bx, bgamma, bbeta, bx, bufs.up(running_mean), bufs.up(running_var),
+            n=n, c=c, hw=hw, defines=defines,
+        ))  # in place
+        expected = ref.batchnorm_forward_eval(x, gamma, beta, running_mean, running_var)
+        assert_close(bufs.down(bx, x.shape), expected)
+
+
+def test_statistics_stay_accurate_far_from_zero(device, lib, bufs, rng):
+    """A common offset 1000 times the spread: E[x^2] - E[x]^2 in float32 would lose the variance
+    to cancellation; the two passes keep it."""
+    n, c, hw = 4, 3, 301
+    x = (1000.0 + rng.normal(0.0, 1.0, (n, c, hw))).astype(np.float32)
+    gamma, beta, running_mean, running_var = _params(rng, c)
+    got = _forward_train(device, lib, bufs, x, gamma, beta, running_mean, running_var)
+    y, mean, invstd, _, _ = ref.batchnorm_forward_train(x, gamma, beta, running_mean, running_var)
+    assert_close(got["mean"], mean)
+    assert_close(got["invstd"], invstd)
+    assert_close(got["y"], y, rtol=1e-3)
+
+
+def test_bad_vector_width_is_a_clear_error(lib, bufs):
+    b = bufs.empty(8)
+    with pytest.raises(ValueError, match="BN_VW"):
+        batchnorm.batchnorm_forward_train(
+            lib, b, b, b, b, b, b, b, b, n=2, c=1, hw=4, defines={"BN_VW": 3}
+        )

@@ -9,7 +9,7 @@ from kernels import depthwise
 from kernels.conv_shape import ConvShape
 from kernels.launch import run
 from kernels.reference import depthwise as ref
-from tests.kernels.conftest import FD_RTOL, assert_close, numeric_grad
+from tests.kernels.conftest import FD_RTOL, assert_close, numeric_grad, scale
 from tests.kernels.conv_cases import CONV_WINDOWS, Window, as_f32, random_shape
 
 ACTIVATIONS = [None, "relu", "relu6"]
@@ -129,10 +129,20 @@ def test_backward_matches_finite_differences(device, lib, bufs, rng, shape: Conv
     assert_close(bufs.down(bdb, b.shape), numeric_grad(lambda v: loss(x32, w, v), b), FD_RTOL)
 
 
-def test_tuning_defines_change_the_blocking_not_the_result(device, lib, bufs, rng):
-    tuning = {"DW_FWD_PB": 3, "DW_FWD_WG": 32, "DW_BWD_PB": 5, "DW_BWD_WG": 16,
-              "DW_BWW_RSB": 4, "DW_BWW_WG": 32}
-    shape = random_shape(rng, Window(3, 3, 1, 2, 1, 1), same_channels=True)
+TUNINGS = [
+    {"DW_FWD_PB": 1, "DW_FWD_WG": 32, "DW_BWD_PB": 16, "DW_BWD_WG": 16, "DW_BWW_PB": 2,
+     "DW_BWW_RSB": 4, "DW_BWW_WG": 32},
+    {"DW_FWD_PB": 16, "DW_FWD_WG": 128, "DW_BWD_PB": 1, "DW_BWD_WG": 256, "DW_BWW_PB": 16,
+     "DW_BWW_RSB": 2, "DW_BWW_WG": 16},
+    {"DW_FWD_PB": 2, "DW_FWD_RB": 3, "DW_FWD_WG": 7, "DW_BWD_PB": 4, "DW_BWD_RB": 5,
+     "DW_BWD_WG": 5, "DW_BWW_PB": 1, "DW_BWW_RSB": 9, "DW_BWW_WG": 2},
+    depthwise.GPU_DEFAULTS,
+    depthwise.CPU_DEFAULTS,
+]
+
+
+def _run_all(device, lib, bufs, rng, shape: ConvShape, tuning=None) -> None:
+    """Forward, backward-data and backward-weight with ``tuning``, against the references."""
     x = as_f32(rng, (shape.n, shape.c, shape.h, shape.w))
     w, b = _weights(rng, shape)
     dy = _dy(rng, shape)
@@ -150,6 +160,39 @@ def test_tuning_defines_change_the_blocking_not_the_result(device, lib, bufs, rn
     assert_close(bufs.down(by, y.shape), y)
     assert_close(bufs.down(bdx, x.shape), ref.depthwise_backward_data(dy, w, shape))
     assert_close(bufs.down(bdw, w.shape), ref.depthwise_backward_weight(x, dy, shape)[0])
+
+
+@pytest.mark.parametrize("tuning", TUNINGS, ids=["narrow", "wide", "odd-groups", "gpu", "cpu"])
+@pytest.mark.parametrize(
+    "win", [Window(3, 3, 1, 1, 1, 1), Window(3, 3, 1, 2, 1, 1)], ids=["stride1", "stride2"]
+)
+def test_tuning_defines_change_the_blocking_not_the_result(
+    device, lib, bufs, rng, tuning, win: Window
+):
+    _run_all(device, lib, bufs, rng, random_shape(rng, win, same_channels=True), tuning)
+
+
+def test_windows_wider_than_the_unrolled_taps(device, lib, bufs, rng):
+    """More than 16 taps per window row, and more taps per work-group than are unrolled."""
+    shape = ConvShape(n=2, c=3, h=1, w=scale(41, 21), k=3, r=1, s=17, pad_w=8)
+    _run_all(device, lib, bufs, rng, shape)
+    _run_all(device, lib, bufs, rng, shape, {"DW_BWW_RSB": 17})
+
+
+def test_wide_rows_mix_vector_and_edge_blocks(device, lib, bufs, rng):
+    """Rows several vectors wide: blocks inside the row, at its edges and at the tensor's ends."""
+    shape = ConvShape(n=3, c=5, h=scale(9, 3), w=scale(53, 19), k=5, r=3, s=3, pad_h=1, pad_w=1)
+    _run_all(device, lib, bufs, rng, shape)
+    _run_all(device, lib, bufs, rng, shape, {"DW_FWD_PB": 4, "DW_BWD_PB": 2, "DW_BWW_PB": 4})
+
+
+def test_vector_width_must_be_a_power_of_two_up_to_16(lib, bufs):
+    shape = ConvShape(n=1, c=2, h=4, w=4, k=2, r=3, s=3)
+    with pytest.raises(ValueError, match="vector width"):
+        depthwise.depthwise_forward(
+            lib, bufs.empty(32), bufs.empty(18), None, bufs.empty(8), shape=shape,
+            tuning={"DW_FWD_PB": 3},
+        )
 
 
 def test_channel_multiplier_other_than_one_is_refused(lib, bufs):

@@ -10,6 +10,8 @@ from kernels.launch import run
 from kernels.reference import elementwise as ref
 from tests.kernels.conftest import assert_close, numeric_grad, odd_sizes, scale
 
+ACTIVATION_KINDS = ["relu", "relu6"]
+
 
 @pytest.mark.parametrize("kind", ["relu", "relu6"])
 def test_activation_forward_and_backward_match_reference(device, lib, bufs, rng, kind):
@@ -61,3 +63,65 @@ def test_add_accumulate_copy_fill(device, lib, bufs, rng):
 def test_unknown_activation_is_a_clear_error(lib, bufs):
     with pytest.raises(ValueError, match="Unknown activation"):
         elementwise.activation_forward(lib, "gelu", bufs.empty(1), bufs.empty(1), 1)
+
+
+WIDTHS = [
+    {"EW_VW": 1, "EW_WG": 32},
+    {"EW_VW": 2, "EW_WG": 7},
+    {"EW_VW": 16, "EW_WG": 128},
+    elementwise.GPU_DEFAULTS,
+    elementwise.CPU_DEFAULTS,
+]
+
+
+@pytest.mark.parametrize("defines", WIDTHS, ids=["scalar", "2-wide", "16-wide", "gpu", "cpu"])
+def test_vector_widths_and_tails_give_the_same_results(device, lib, bufs, rng, defines):
+    """Sizes below, at and just past a vector, and large odd ones, in place and not."""
+    width = defines["EW_VW"]
+    for n in sorted({1, width, width + 1, 2 * width - 1, *odd_sizes(rng, 2, 20, scale(3000, 90))}):
+        x = rng.normal(0, 4, n).astype(np.float32)
+        dy = rng.normal(size=n).astype(np.float32)
+        for kind in ACTIVATION_KINDS:
+            by = bufs.empty(n)
+            run(device.queue, [
+                elementwise.activation_forward(lib, kind, bufs.up(x), by, n, defines=defines)
+            ])
+            y = bufs.down(by, n)
+            assert_close(y, ref.activation_forward(kind, x))
+            bdy = bufs.up(dy)  # in place: dx aliases dy
+            run(device.queue, [
+                elementwise.activation_backward(lib, kind, by, bdy, bdy, n, defines=defines)
+            ])
+            assert_close(bufs.down(bdy, n), ref.activation_backward(kind, y, dy))
+            bx = bufs.up(x)  # in place: y aliases x
+            run(device.queue, [
+                elementwise.activation_forward(lib, kind, bx, bx, n, defines=defines)
+            ])
+            assert_close(bufs.down(bx, n), ref.activation_forward(kind, x))
+        ba, bb, bo = bufs.up(x), bufs.up(dy), bufs.empty(n)
+        run(device.queue, [
+            elementwise.add(lib, ba, bb, bo, n, defines=defines),
+            elementwise.accumulate(lib, bo, ba, n, defines=defines),
+        ])
+        assert_close(bufs.down(bo, n), 2.0 * x.astype(np.float64) + dy)
+        bc = bufs.empty(n)
+        run(device.queue, [elementwise.copy(lib, bb, bc, n, defines=defines)])
+        assert_close(bufs.down(bc, n), dy)
+        run(device.queue, [elementwise.fill(lib, bc, -1.5, n, defines=defines)])
+        assert np.all(bufs.down(bc, n) == -1.5)
+
+
+def test_writes_stop_at_the_end_of_the_tensor(device, lib, bufs, rng):
+    """A tensor in a larger buffer: the element after it keeps its value."""
+    n = 13
+    x = rng.normal(size=n + 1).astype(np.float32)
+    out = bufs.up(np.full(n + 1, 7.0, np.float32))
+    run(device.queue, [elementwise.copy(lib, bufs.up(x), out, n)])
+    got = bufs.down(out, n + 1)
+    assert_close(got[:n], x[:n])
+    assert got[n] == 7.0
+
+
+def test_bad_vector_width_is_a_clear_error(lib, bufs):
+    with pytest.raises(ValueError, match="EW_VW"):
+        elementwise.copy(lib, bufs.empty(4), bufs.empty(4), 4, defines={"EW_VW": 3})
