@@ -11,13 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pyopencl as cl
 
-from kernels.launch import Launch, round_up
+from kernels.launch import Launch
 from kernels.library import Defines, KernelLibrary, as_int
 
 GROUP_DEFINE = "BN_GROUP"
 PROGRAM = "batchnorm"
 DEFAULT_GROUP = 128
-ELEMENTWISE_GROUP = 64
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 
 GPU_DEFAULTS: dict[str, int] = {"BN_GROUP": DEFAULT_GROUP, "BN_VW": 4, "BN_CONTIGUOUS": 0}
@@ -137,11 +136,8 @@ def batchnorm_forward_eval(
     """Normalize with the running statistics; ``y`` may alias ``x``."""
     _check_shape(n, c, hw)
     defines = _resolve(lib, defines)
-    width = defines["BN_VW"]
-    vectors = -(-hw // width)
-    local0 = min(vectors, ELEMENTWISE_GROUP)
-    local = (local0, min(n * c, ELEMENTWISE_GROUP // local0))
-    kernel = lib.kernel(PROGRAM, "batchnorm_forward_eval", defines)
+    group = defines["BN_GROUP"]
+    kernel = _group_kernel(lib, "batchnorm_forward_eval", defines, group)
     buffers = [x, gamma, beta, y, running_mean, running_var]
     kernel.set_args(*buffers, as_int(n), as_int(c), as_int(hw), np.float32(eps))
     total = n * c * hw
@@ -149,9 +145,9 @@ def batchnorm_forward_eval(
         Launch(
             "batchnorm_forward_eval",
             kernel,
-            (round_up(vectors, local[0]), round_up(n * c, local[1])),
-            local,
-            flops=2 * total + 4 * n * c * vectors,
+            (c * group,),
+            (group,),
+            flops=2 * total + 4 * c,
             bytes_moved=8 * total + 16 * c,
             keep_alive=buffers,
         )

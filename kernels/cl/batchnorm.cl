@@ -100,28 +100,40 @@ inline float group_sum(float value, __local float* scratch) {
     return total;
 }
 
-// The slots of this work-item: slot j is (run j / vectors, vector j % vectors); the walk keeps
-// (run, vector) up to date without a division per slot.
+#if BN_CONTIGUOUS
+// BODY(at, valid) for this work-item's slots: one contiguous range of slots (slot j is run
+// j / vectors, vector j % vectors), walked run by run; whole vectors first, then the run's
+// partial vector, if any.
+#define FOR_EACH_SLOT(BODY)                                                                 \
+    {                                                                                       \
+        const int slots_ = n * vectors;                                                     \
+        const int per_item_ = (slots_ + BN_GROUP - 1) / BN_GROUP;                           \
+        const int first_ = min((int)get_local_id(0) * per_item_, slots_);                  \
+        const int2 from_ = divmod(first_, vectors);                                         \
+        const int2 to_ = divmod(min(first_ + per_item_, slots_), vectors);                  \
+        for (int run_ = from_.x; run_ <= min(to_.x, n - 1); ++run_) {                       \
+            const int base_ = (run_ * channels + c) * hw;                                   \
+            const int begin_ = run_ == from_.x ? from_.y : 0;                               \
+            const int end_ = run_ == to_.x ? to_.y : vectors;                               \
+            for (int v_ = begin_; v_ < min(end_, whole_vectors); ++v_)                      \
+                BODY(base_ + v_ * BN_VW, BN_VW)                                             \
+            if (end_ > whole_vectors)                                                       \
+                BODY(base_ + whole_vectors * BN_VW, hw - whole_vectors * BN_VW)             \
+        }                                                                                   \
+    }
+#else
+// The slots of this work-item: slot j is (run j / vectors, vector j % vectors) for j = lid,
+// lid + BN_GROUP, ...; the walk keeps (run, vector) up to date without a division per slot.
 typedef struct {
-    int j, end, step, run, vec, step_run, step_vec;
+    int j, end, run, vec, step_run, step_vec;
 } SlotWalk;
 
 inline SlotWalk slot_walk(const int runs, const int vectors) {
-    const int total = runs * vectors;
-    const int lid = get_local_id(0);
     SlotWalk w;
-#if BN_CONTIGUOUS
-    const int per_item = (total + BN_GROUP - 1) / BN_GROUP;
-    w.j = min(lid * per_item, total);
-    w.end = min(w.j + per_item, total);
-    w.step = 1;
-#else
-    w.j = lid;
-    w.end = total;
-    w.step = BN_GROUP;
-#endif
+    w.j = get_local_id(0);
+    w.end = runs * vectors;
     const int2 first = divmod(w.j, vectors);
-    const int2 step = divmod(w.step, vectors);
+    const int2 step = divmod(BN_GROUP, vectors);
     w.run = first.x;
     w.vec = first.y;
     w.step_run = step.x;
@@ -130,7 +142,7 @@ inline SlotWalk slot_walk(const int runs, const int vectors) {
 }
 
 inline void slot_next(SlotWalk* w, const int vectors) {
-    w->j += w->step;
+    w->j += BN_GROUP;
     w->run += w->step_run;
     w->vec += w->step_vec;
     if (w->vec >= vectors) {
@@ -138,6 +150,13 @@ inline void slot_next(SlotWalk* w, const int vectors) {
         w->run += 1;
     }
 }
+
+// BODY(at, valid) for this work-item's slots.
+#define FOR_EACH_SLOT(BODY)                                                                 \
+    for (SlotWalk w_ = slot_walk(n, vectors); w_.j < w_.end; slot_next(&w_, vectors)) {     \
+        BODY((w_.run * channels + c) * hw + w_.vec * BN_VW, min(BN_VW, hw - w_.vec * BN_VW)) \
+    }
+#endif
 
 // The values of one slot starting at element `at`; lanes past the run (lane >= count) are zero.
 // Reads only the slot's own elements.
@@ -166,13 +185,6 @@ inline void store_slot(__global float* dst, const int at, const int count, const
     }
 }
 
-// Visits every slot of channel c with `at` (first element) and `count` (valid lanes) in scope.
-#define FOR_EACH_SLOT(walk)                                                        \
-    for (SlotWalk walk = slot_walk(n, vectors); walk.j < walk.end;                 \
-         slot_next(&walk, vectors))
-#define SLOT_AT(walk) ((walk.run * channels + c) * hw + walk.vec * BN_VW)
-#define SLOT_COUNT(walk) min(BN_VW, hw - walk.vec * BN_VW)
-
 // Batch statistics (mean, then the biased variance around it: two passes for accuracy), the
 // normalized output, the saved mean/invstd and the running statistics (PyTorch semantics).
 __kernel __attribute__((reqd_work_group_size(BN_GROUP, 1, 1)))
@@ -188,16 +200,20 @@ void batchnorm_forward_train(__global const float* x, __global const float* gamm
     const int count = n * hw;
     const int total = count * channels;
     const int vectors = (hw + BN_VW - 1) / BN_VW;
+    const int whole_vectors = hw / BN_VW;
 
     VECF sum = 0.0f;
-    FOR_EACH_SLOT(s) sum += load_slot(x, SLOT_AT(s), SLOT_COUNT(s), total);
+#define ADD_X(at, valid) sum += load_slot(x, at, valid, total);
+    FOR_EACH_SLOT(ADD_X)
     const float mean = group_sum(HSUM(sum), scratch) / (float)count;
 
     VECF squares_v = 0.0f;
-    FOR_EACH_SLOT(s) {
-        const VECF d = load_slot(x, SLOT_AT(s), SLOT_COUNT(s), total) - mean;
-        squares_v = mad(d, select((VECF)(0.0f), d, LANES < SLOT_COUNT(s)), squares_v);
+#define ADD_SQUARE(at, valid)                                                   \
+    {                                                                           \
+        const VECF d = load_slot(x, at, valid, total) - mean;                   \
+        squares_v = mad(d, select((VECF)(0.0f), d, LANES < (valid)), squares_v); \
     }
+    FOR_EACH_SLOT(ADD_SQUARE)
     const float squares = group_sum(HSUM(squares_v), scratch);
     const float var = squares / (float)count;
     const float invstd = rsqrt(var + eps);
@@ -205,10 +221,9 @@ void batchnorm_forward_train(__global const float* x, __global const float* gamm
     // (x - mean) * g rather than x * g - mean * g: no cancellation when |mean| >> std.
     const float g = gamma[c] * invstd;
     const float b = beta[c];
-    FOR_EACH_SLOT(s) {
-        const int at = SLOT_AT(s), valid = SLOT_COUNT(s);
-        store_slot(y, at, valid, mad(load_slot(x, at, valid, total) - mean, (VECF)(g), (VECF)(b)));
-    }
+#define NORMALIZE(at, valid) \
+    store_slot(y, at, valid, mad(load_slot(x, at, valid, total) - mean, (VECF)(g), (VECF)(b)));
+    FOR_EACH_SLOT(NORMALIZE)
     if (lid == 0) {
         mean_out[c] = mean;
         invstd_out[c] = invstd;
@@ -218,24 +233,23 @@ void batchnorm_forward_train(__global const float* x, __global const float* gamm
     }
 }
 
-// Inference: normalize with the running statistics. Work-item (vector v, n * C + c).
-// Global size (ceil(HW / BN_VW), N * C), each rounded up to the work-group shape.
-__kernel void batchnorm_forward_eval(__global const float* x, __global const float* gamma,
-                                     __global const float* beta, __global float* y,
-                                     __global const float* running_mean,
-                                     __global const float* running_var,
-                                     const int n, const int channels, const int hw,
-                                     const float eps) {
-    const int v = get_global_id(0);
-    const int nc = get_global_id(1);
+// Inference: normalize with the running statistics; one work-group per channel, like training.
+// Each item reads only the slots it writes, so y may alias x.
+__kernel __attribute__((reqd_work_group_size(BN_GROUP, 1, 1)))
+void batchnorm_forward_eval(__global const float* x, __global const float* gamma,
+                            __global const float* beta, __global float* y,
+                            __global const float* running_mean,
+                            __global const float* running_var,
+                            const int n, const int channels, const int hw, const float eps) {
+    const int c = get_group_id(0);
     const int vectors = (hw + BN_VW - 1) / BN_VW;
-    if (v >= vectors || nc >= n * channels) return;
-    const int c = nc - (nc / channels) * channels;
+    const int whole_vectors = hw / BN_VW;
     const float g = gamma[c] * rsqrt(running_var[c] + eps);
-    const int at = nc * hw + v * BN_VW;
-    const int valid = min(BN_VW, hw - v * BN_VW);
-    const VECF xc = load_slot_exact(x, at, valid) - running_mean[c];  // y may alias x
-    store_slot(y, at, valid, mad(xc, (VECF)(g), (VECF)(beta[c])));
+    const float mean = running_mean[c];
+    const float b = beta[c];
+#define NORMALIZE_IN_PLACE(at, valid) \
+    store_slot(y, at, valid, mad(load_slot_exact(x, at, valid) - mean, (VECF)(g), (VECF)(b)));
+    FOR_EACH_SLOT(NORMALIZE_IN_PLACE)
 }
 
 // Gradients from the forward input x and the saved mean/invstd, xhat = (x - mean) * invstd:
@@ -254,17 +268,19 @@ void batchnorm_backward(__global const float* x, __global const float* dy,
     const int count = n * hw;
     const int total = count * channels;
     const int vectors = (hw + BN_VW - 1) / BN_VW;
+    const int whole_vectors = hw / BN_VW;
     const float mean = mean_in[c];
     const float invstd = invstd_in[c];
 
     VECF sum_dy_v = 0.0f;
     VECF sum_dy_xc_v = 0.0f;
-    FOR_EACH_SLOT(s) {
-        const int at = SLOT_AT(s), valid = SLOT_COUNT(s);
-        const VECF g = load_slot(dy, at, valid, total);  // zero past the run
-        sum_dy_v += g;
-        sum_dy_xc_v = mad(g, load_slot(x, at, valid, total) - mean, sum_dy_xc_v);
+#define ADD_GRADIENTS(at, valid)                                                \
+    {                                                                           \
+        const VECF g = load_slot(dy, at, valid, total); /* zero past the run */ \
+        sum_dy_v += g;                                                          \
+        sum_dy_xc_v = mad(g, load_slot(x, at, valid, total) - mean, sum_dy_xc_v); \
     }
+    FOR_EACH_SLOT(ADD_GRADIENTS)
     const float sum_dy = group_sum(HSUM(sum_dy_v), scratch);
     const float sum_dy_xhat = group_sum(HSUM(sum_dy_xc_v), scratch) * invstd;
 
@@ -280,11 +296,12 @@ void batchnorm_backward(__global const float* x, __global const float* dy,
     const float scale = gamma[c] * invstd;
     const float mean_dy = sum_dy / (float)count;
     const float mean_dy_xhat = sum_dy_xhat / (float)count;
-    FOR_EACH_SLOT(s) {
-        const int at = SLOT_AT(s), valid = SLOT_COUNT(s);
-        const VECF xhat = (load_slot(x, at, valid, total) - mean) * invstd;
-        const VECF g = load_slot(dy, at, valid, total);
-        store_slot(dx, at, valid, scale * (g - mean_dy - xhat * mean_dy_xhat));
+#define INPUT_GRADIENT(at, valid)                                                \
+    {                                                                            \
+        const VECF xhat = (load_slot(x, at, valid, total) - mean) * invstd;      \
+        const VECF g = load_slot(dy, at, valid, total);                          \
+        store_slot(dx, at, valid, scale * (g - mean_dy - xhat * mean_dy_xhat));  \
     }
+    FOR_EACH_SLOT(INPUT_GRADIENT)
 #endif
 }
