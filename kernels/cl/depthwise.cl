@@ -104,6 +104,29 @@ typedef int int1;
 #define LANES_16 (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #define LANES(width) DW_XCAT(LANES_, width)
 
+// Every second float from p: width lanes out of one load of 2 * width floats (the last of which is
+// read and dropped).
+#define VLOAD_EVEN_1(p) (*(p))
+#define VLOAD_EVEN_2(p) vload4(0, p).even
+#define VLOAD_EVEN_4(p) vload8(0, p).even
+#define VLOAD_EVEN_8(p) vload16(0, p).even
+#define VLOAD_EVEN_16(p) (float16)(vload16(0, p).even, vload16(0, (p) + 16).even)
+#define VLOAD_EVEN(width, p) DW_XCAT(VLOAD_EVEN_, width)(p)
+
+// Input columns ow*sw - pw + s of `width` neighbouring outputs as vector loads, for strides 1 and
+// 2 (STRIDED_VECTORS); STRIDED_READ is how many floats the loads read from the first.
+#if DW_SW == 1
+#define STRIDED_LOAD(width, p) VLOAD(width, p)
+#define STRIDED_READ(width) (width)
+#define STRIDED_VECTORS 1
+#elif DW_SW == 2
+#define STRIDED_LOAD(width, p) VLOAD_EVEN(width, p)
+#define STRIDED_READ(width) (2 * (width))
+#define STRIDED_VECTORS 1
+#else
+#define STRIDED_VECTORS 0
+#endif
+
 // Sum of the lanes in a fixed order. Whole-vector operations only: oclgrind cannot interpret
 // single-component reads of a vector accumulated in a loop, and it loses track of the halves of
 // a float16, which therefore goes through private memory.
@@ -224,14 +247,15 @@ inline int2 divmod(const int x, const int y) {
 // Global size (ceil(OW / DW_FWD_PB), ceil(OH / DW_FWD_RB), N * C), each rounded up to the
 // work-group shape.
 
-#define FWD_SPAN ((DW_FWD_PB - 1) * DW_SW + DW_S)  // input columns one work-item reads per row
+// Input columns one work-item's vector loads read per row, from its first.
+#define FWD_SPAN (STRIDED_READ(DW_FWD_PB) + DW_S - 1)
 #define FWD_W(r, s) w_c[(r) * DW_S + (s)]
 
-// Stride 1: one vector load per tap; lanes outside the input row are zeroed.
+// Strides 1 and 2: one vector load per tap; lanes outside the input row are zeroed.
 #define FWD_TAP_VECTOR(r, s)                                                           \
     {                                                                                  \
-        const IVEC(DW_FWD_PB) col = lanes + (iw0 + (s));                               \
-        const VEC(DW_FWD_PB) v = VLOAD(DW_FWD_PB, x_row + iw0 + (s));                  \
+        const IVEC(DW_FWD_PB) col = lanes * DW_SW + (iw0 + (s));                       \
+        const VEC(DW_FWD_PB) v = STRIDED_LOAD(DW_FWD_PB, x_row + iw0 + (s));           \
         acc = MAC((VEC(DW_FWD_PB))FWD_W(r, s),                                         \
                   select((VEC(DW_FWD_PB))(0.0f), v, col >= 0 && col < W), acc);        \
     }
@@ -286,12 +310,14 @@ __kernel void depthwise_forward(__global const float* restrict x, __global const
     const VEC(DW_FWD_PB) bias = (VEC(DW_FWD_PB))(has_bias ? b[c] : 0.0f);
     const bool whole = ow0 + DW_FWD_PB <= OW;
 
+#if STRIDED_VECTORS
     // Vector loads may cross into the neighbouring rows of the plane, but never past the tensor.
-    if (DW_SW == 1 && plane + iw0 >= 0 && plane + (H - 1) * W + iw0 + FWD_SPAN <= N * C * H * W) {
+    if (plane + iw0 >= 0 && plane + (H - 1) * W + iw0 + FWD_SPAN <= N * C * H * W) {
         FWD_OUTPUT_ROWS(FWD_WINDOW_VECTOR)
-    } else {
-        FWD_OUTPUT_ROWS(FWD_WINDOW_GATHER)
+        return;
     }
+#endif
+    FWD_OUTPUT_ROWS(FWD_WINDOW_GATHER)
 }
 
 // ================================================================================================
@@ -313,17 +339,53 @@ __kernel void depthwise_forward(__global const float* restrict x, __global const
         acc = MAC((VEC(DW_BWD_PB))BWD_W(r, s),                                          \
                   select((VEC(DW_BWD_PB))(0.0f), v, col >= 0 && col < OW), acc);        \
     }
+// Stride 2 (DW_BWD_PB even, so iw0 is even): lane p meets tap s when p + pw - s is even, which
+// makes the lanes of one phase, (s + pw) & 1, and their output columns are consecutive from
+// (col0 - s + phase) / 2. Each phase keeps its own half-width sum, interleaved at the store.
+#if DW_BWD_PB == 2
+#define BWD_HALF 1
+#elif DW_BWD_PB == 4
+#define BWD_HALF 2
+#elif DW_BWD_PB == 8
+#define BWD_HALF 4
+#else
+#define BWD_HALF 8
+#endif
+#define BWD_TAP_STRIDE2(r, s)                                                              \
+    {                                                                                      \
+        const int base = (col0 - (s) + (((s) + DW_PW) & 1)) / 2;                           \
+        const IVEC(BWD_HALF) col = half_lanes + base;                                      \
+        const VEC(BWD_HALF) v = select((VEC(BWD_HALF))(0.0f),                              \
+                                       VLOAD(BWD_HALF, dy_row + base), col >= 0 && col < OW); \
+        if ((((s) + DW_PW) & 1) == 0)                                                      \
+            acc_even = MAC((VEC(BWD_HALF))BWD_W(r, s), v, acc_even);                      \
+        else                                                                               \
+            acc_odd = MAC((VEC(BWD_HALF))BWD_W(r, s), v, acc_odd);                        \
+    }
 // Window row r meets input row ih when (ih + ph - r) is a multiple of sh inside the output.
-#define BWD_ROW_VECTOR(r, unused)                                           \
+#define BWD_ROW(r, TAP)                                                     \
     {                                                                      \
         const int t = th - (r);                                            \
         const int2 q = DIVMOD_BY(max(t, 0), DW_SH);                        \
         if (t >= 0 && q.y == 0 && q.x < OH) {                              \
             const __global float* dy_row = dy_plane + q.x * OW;            \
-            FOR_EACH_TAP(BWD_TAP_VECTOR, r)                                \
+            FOR_EACH_TAP(TAP, r)                                           \
         }                                                                  \
     }
-#define BWD_WINDOW_VECTOR FOR_EACH_WINDOW_ROW(BWD_ROW_VECTOR, 0)
+#define BWD_WINDOW_VECTOR FOR_EACH_WINDOW_ROW(BWD_ROW, BWD_TAP_VECTOR)
+#define BWD_WINDOW_STRIDE2                                                          \
+    VEC(BWD_HALF) acc_even = (VEC(BWD_HALF))(0.0f), acc_odd = (VEC(BWD_HALF))(0.0f); \
+    FOR_EACH_WINDOW_ROW(BWD_ROW, BWD_TAP_STRIDE2)                                   \
+    {                                                                               \
+        float even_[BWD_HALF], odd_[BWD_HALF], both_[DW_BWD_PB];                    \
+        VSTORE(BWD_HALF, acc_even, even_);                                          \
+        VSTORE(BWD_HALF, acc_odd, odd_);                                            \
+        for (int k_ = 0; k_ < BWD_HALF; ++k_) {                                     \
+            both_[2 * k_] = even_[k_];                                              \
+            both_[2 * k_ + 1] = odd_[k_];                                           \
+        }                                                                           \
+        acc = VLOAD(DW_BWD_PB, both_);                                              \
+    }
 // Any stride: lane p meets tap s when iw0 + p + pw - s is a multiple of sw inside the output.
 #define BWD_WINDOW_GATHER                                                                 \
     for (int r = 0; r < DW_R; ++r) {                                                      \
@@ -375,7 +437,15 @@ __kernel void depthwise_backward_data(__global const float* restrict dy,
     if (DW_SW == 1 && plane + col0 - (DW_S - 1) >= 0 &&
         plane + (OH - 1) * OW + col0 + DW_BWD_PB <= N * C * OH * OW) {
         BWD_INPUT_ROWS(BWD_WINDOW_VECTOR)
-    } else {
+    }
+#if DW_SW == 2 && DW_BWD_PB >= 2
+    else if (plane + (col0 - DW_S) / 2 - 1 >= 0 &&
+             plane + (OH - 1) * OW + (col0 + 1) / 2 + BWD_HALF <= N * C * OH * OW) {
+        const IVEC(BWD_HALF) half_lanes = LANES(BWD_HALF);
+        BWD_INPUT_ROWS(BWD_WINDOW_STRIDE2)
+    }
+#endif
+    else {
         BWD_INPUT_ROWS(BWD_WINDOW_GATHER)
     }
 }
@@ -390,9 +460,9 @@ __kernel void depthwise_backward_data(__global const float* restrict dy,
 // Global size: (ceil(R*S / DW_BWW_RSB) * DW_BWW_WG, C); local size (DW_BWW_WG, 1).
 
 // One tap of one row: acc[j] += dv * (the input vector under tap j), when the tap's input row is
-// inside the input. With stride 1 the input is one vector load whose lanes outside the input row
-// or past the end of the output row are zeroed; in general every lane is loaded behind its own
-// bounds check.
+// inside the input. With strides 1 and 2 the input is one vector load whose lanes outside the
+// input row or past the end of the output row are zeroed; in general every lane is loaded behind
+// its own bounds check.
 #define BWW_TAP_BEGIN(j)                                                          \
     {                                                                             \
         const int ih = ih0 + tap_row[j];                                          \
@@ -402,8 +472,8 @@ __kernel void depthwise_backward_data(__global const float* restrict dy,
 #define BWW_TAP_END }}
 #define BWW_TAP_VECTOR(unused, j)                                                   \
     BWW_TAP_BEGIN(j)                                                              \
-    const IVEC(DW_BWW_PB) col = lanes + col0;                                     \
-    const VEC(DW_BWW_PB) v = VLOAD(DW_BWW_PB, x_row + col0);                      \
+    const IVEC(DW_BWW_PB) col = lanes * DW_SW + col0;                             \
+    const VEC(DW_BWW_PB) v = STRIDED_LOAD(DW_BWW_PB, x_row + col0);               \
     acc[j] = MAC(dv, select((VEC(DW_BWW_PB))(0.0f), v, out_lane && col >= 0 && col < W), \
                  acc[j]);                                                         \
     BWW_TAP_END
@@ -427,7 +497,8 @@ __kernel void depthwise_backward_data(__global const float* restrict dy,
     }
 #define BWW_SAVE_TAP(unused, j) partial[(j) * DW_BWW_WG + lid] = HSUM(DW_BWW_PB, acc[j]);
 
-#define BWW_SPAN ((DW_BWW_PB - 1) * DW_SW + DW_S)  // input columns of one block's window row
+// Input columns the vector loads of one block read per window row, from its first.
+#define BWW_SPAN (STRIDED_READ(DW_BWW_PB) + DW_S - 1)
 
 __kernel __attribute__((reqd_work_group_size(DW_BWW_WG, 1, 1)))
 void depthwise_backward_weight(__global const float* restrict x, __global const float* restrict dy,
@@ -483,11 +554,14 @@ void depthwise_backward_weight(__global const float* restrict x, __global const 
                 for (int p = 0; p < DW_BWW_PB; ++p) dy_lanes[p] = p < out_count ? dy_row[p] : 0.0f;
                 dv = VLOAD(DW_BWW_PB, dy_lanes);
             }
+#if STRIDED_VECTORS
             // Vector loads may cross into the neighbouring rows of the plane, never past the
             // tensor.
-            if (DW_SW == 1 && plane + iw0 >= 0 && plane + (H - 1) * W + iw0 + BWW_SPAN <= x_total) {
+            if (plane + iw0 >= 0 && plane + (H - 1) * W + iw0 + BWW_SPAN <= x_total) {
                 FOR_EACH_BWW_TAP(BWW_TAP_VECTOR, 0)
-            } else {
+            } else
+#endif
+            {
                 FOR_EACH_BWW_TAP(BWW_TAP_GATHER, 0)
             }
             oh += step_n_oh.y;

@@ -186,6 +186,21 @@ def test_wide_rows_mix_vector_and_edge_blocks(device, lib, bufs, rng):
     _run_all(device, lib, bufs, rng, shape, {"DW_FWD_PB": 4, "DW_BWD_PB": 2, "DW_BWW_PB": 4})
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ConvShape(n=2, c=3, h=scale(19, 9), w=scale(29, 13), k=3, r=3, s=3, stride_h=3,
+                  stride_w=3, pad_h=1, pad_w=1),
+        ConvShape(n=3, c=2, h=scale(7, 5), w=scale(37, 17), k=2, r=2, s=5, stride_w=3, pad_w=2),
+    ],
+    ids=["3x3-stride3", "2x5-stride13"],
+)
+def test_strides_above_two(device, lib, bufs, rng, shape: ConvShape):
+    """Strides with no vector path: every lane is gathered on its own."""
+    _run_all(device, lib, bufs, rng, shape)
+    _run_all(device, lib, bufs, rng, shape, depthwise.GPU_DEFAULTS)
+
+
 def test_vector_width_must_be_a_power_of_two_up_to_16(lib, bufs):
     shape = ConvShape(n=1, c=2, h=4, w=4, k=2, r=3, s=3)
     with pytest.raises(ValueError, match="vector width"):
