@@ -3,8 +3,8 @@ with fused bias and activation, backward to the input, backward to the weights a
 
 The window geometry is built into the program (one program per geometry), so the taps unroll into
 vector code with constant offsets. Work-items own a vector of neighbouring outputs along a row; on
-CPUs the vectors are 8 wide (what the SIMD units take), on GPUs 4 wide, which keeps enough
-work-items in flight.
+CPUs the vectors are as wide as the native float vector (8 with AVX) and an item takes several
+rows, on GPUs they are 4 wide with one row per item, which keeps enough work-items in flight.
 
 ``flops`` counts multiply-adds as two operations; ``bytes_moved`` counts each tensor a kernel reads
 or writes once.
@@ -57,7 +57,7 @@ CPU_DEFAULTS: dict[str, int] = {
     "DW_BWW_RSB": 16,
     "DW_BWW_WG": 4,
 }
-DEFAULTS = GPU_DEFAULTS
+DEFAULTS = GPU_DEFAULTS  # GPUs and other devices; default_tuning picks by device type
 
 
 def default_tuning(device: cl.Device) -> dict[str, int]:
@@ -105,13 +105,15 @@ def _sizes(shape: ConvShape) -> tuple:
 
 
 def _row_grid(
-    blocks: int, rows: int, planes: int, group: int
+    lib: KernelLibrary, blocks: int, rows: int, planes: int, group: int
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(global, local) sizes over (blocks of a row, rows, planes): a work-group of at most
-    ``group`` items takes whole rows where it can, so few items fall past the edges."""
-    l0 = min(blocks, group)
-    l1 = min(rows, group // l0)
-    l2 = min(planes, group // (l0 * l1))
+    ``group`` items takes whole rows where it can, so few items fall past the edges, and stays
+    within the device's limit per dimension."""
+    limits = [int(v) for v in lib.device.max_work_item_sizes]
+    l0 = min(blocks, group, limits[0])
+    l1 = min(rows, group // l0, limits[1])
+    l2 = min(planes, group // (l0 * l1), limits[2])
     local = (l0, l1, l2)
     return (round_up(blocks, l0), round_up(rows, l1), round_up(planes, l2)), local
 
@@ -132,6 +134,7 @@ def depthwise_forward(
     defines = _defines(lib, shape, tuning)
     act = activation_code(activation)
     global_size, local = _row_grid(
+        lib,
         ceil_div(shape.out_w, defines["DW_FWD_PB"]), ceil_div(shape.out_h, defines["DW_FWD_RB"]),
         shape.n * shape.c,
         defines["DW_FWD_WG"],
@@ -164,6 +167,7 @@ def depthwise_backward_data(
     _check_depthwise(shape)
     defines = _defines(lib, shape, tuning)
     global_size, local = _row_grid(
+        lib,
         ceil_div(shape.w, defines["DW_BWD_PB"]), ceil_div(shape.h, defines["DW_BWD_RB"]),
         shape.n * shape.c,
         defines["DW_BWD_WG"],
