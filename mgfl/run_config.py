@@ -45,7 +45,7 @@ class RunConfig:
     trim_beta: float = 0.2  # FedTrimmedAvg: fraction cut at each end
     krum_malicious: int = 0  # Krum: number of malicious clients to tolerate
     # local training on each client
-    epochs: int = 1
+    epochs: int = 5
     local_steps: int = 0  # > 0: this many steps instead of epochs
     batch: int = 32
     lr: float = 0.002
