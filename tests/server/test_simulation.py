@@ -76,13 +76,14 @@ def test_one_hundred_clients_ten_per_round(device, tmp_path):
     out = tmp_path / "scale"
     result = CliRunner().invoke(cli_app, [
         "simulate", "--rounds", "3", "--data", "fsdd", "--model", "mlp", "--partition", "iid",
-        "--clients", "100", "--fraction", "0.1", "--local-steps", "2", "--batch", "16",
+        "--clients", "100", "--fraction", "0.1", "--local-steps", "4", "--batch", "16",
         "--client-cpus", "0.5", "--output-dir", str(out)])
     assert result.exit_code == 0, result.output
     history = json.loads((out / "history.json").read_text())
     trained = history["rounds"][1:]
     assert [r["clients"] for r in trained] == [10, 10, 10]
-    assert history["final_accuracy"] > history["initial_accuracy"]
+    assert trained[-1]["loss"] < history["rounds"][0]["loss"]  # 27 samples a client: loss, not
+    # accuracy, is the steady sign of learning after three short rounds
     # clients are created per message: the actors' peak memory does not grow with the rounds
     peaks = [r["client_metrics"]["process-peak-rss-bytes"] for r in trained]
     assert peaks[-1] <= 1.25 * peaks[0]
