@@ -32,27 +32,62 @@ def run(codec: str, rounds: int, out: Path, client_cpus: float) -> dict:
     return history
 
 
-def uplink_per_client_round(history: dict) -> float:
-    trained = [r for r in history["rounds"] if r["round"] > 0 and r["clients"]]
+def rounds_up_to(history: dict, last: int | None) -> list[dict]:
+    """Round 0 and the trained rounds up to ``last`` (all of them when None)."""
+    return [r for r in history["rounds"] if last is None or r["round"] <= last]
+
+
+def uplink_per_client_round(rounds: list[dict]) -> float:
+    trained = [r for r in rounds if r["round"] > 0 and r["clients"]]
     return sum(r["uplink_bytes"] / r["clients"] for r in trained) / len(trained)
 
 
-def summarize(histories: dict[str, dict]) -> str:
-    """A Markdown table; ratios and accuracy differences refer to the ``none`` run."""
-    base = histories.get("none")
-    lines = ["| uplink codec | rounds | final accuracy | best accuracy | uplink bytes per "
+def summarize(histories: dict[str, dict], at_round: int | None = None) -> str:
+    """A Markdown table of every run cut at ``at_round`` (default: each run's last round);
+    ratios and accuracy differences refer to the ``none`` run cut at the same round."""
+    base = rounds_up_to(histories["none"], at_round) if "none" in histories else None
+    lines = ["| uplink codec | round | accuracy | best accuracy so far | uplink bytes per "
              "client and round | ratio vs float32 | accuracy vs float32 |",
              "|---|---|---|---|---|---|---|"]
     for codec, history in histories.items():
-        rounds = len(history["rounds"]) - 1
-        per_client = uplink_per_client_round(history)
-        final = history["final_accuracy"]
-        best = max(r["accuracy"] for r in history["rounds"])
+        rounds = rounds_up_to(history, at_round)
+        per_client = uplink_per_client_round(rounds)
+        accuracy = rounds[-1]["accuracy"]
+        best = max(r["accuracy"] for r in rounds)
         ratio = uplink_per_client_round(base) / per_client if base else float("nan")
-        delta = 100 * (final - base["final_accuracy"]) if base else float("nan")
-        lines.append(f"| {codec} | {rounds} | {100 * final:.1f}% | {100 * best:.1f}% | "
-                     f"{per_client:,.0f} | {ratio:.1f}x | {delta:+.1f} points |")
+        delta = 100 * (accuracy - base[-1]["accuracy"]) if base else float("nan")
+        lines.append(f"| {codec} | {rounds[-1]['round']} | {100 * accuracy:.1f}% | "
+                     f"{100 * best:.1f}% | {per_client:,.0f} | {ratio:.1f}x | "
+                     f"{delta:+.1f} points |")
     return "\n".join(lines)
+
+
+def plot_comparison(histories: dict[str, dict], path: Path) -> Path:
+    """Server accuracy per round of every run (left), uplink bytes per client and round (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for codec, history in histories.items():
+        rounds = history["rounds"]
+        left.plot([r["round"] for r in rounds], [100 * r["accuracy"] for r in rounds],
+                  marker=".", label=codec)
+    left.set(xlabel="round", ylabel="server test accuracy (%)", title="FedAvg, FSDD by speaker")
+    left.grid(alpha=0.3)
+    left.legend()
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
+    names = list(histories)
+    right.bar(names, [uplink_per_client_round(histories[n]["rounds"]) for n in names])
+    right.set(ylabel="uplink bytes per client and round", yscale="log", title="uplink")
+    right.tick_params(axis="x", rotation=30)
+    right.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def load(out: Path) -> dict[str, dict]:
@@ -71,15 +106,23 @@ def main() -> None:
     parser.add_argument("--codecs", nargs="+", default=list(CODECS))
     parser.add_argument("--client-cpus", type=float, default=1.0)
     parser.add_argument("--summarize", type=Path, help="Only print the table of earlier runs.")
+    parser.add_argument("--at-round", type=int, help="Compare the runs at this round.")
+    parser.add_argument("--plot", type=Path, help="Also draw the runs into this PNG.")
     args = parser.parse_args()
     if args.summarize:
-        print(summarize(load(args.summarize)))
+        histories = load(args.summarize)
+        print(summarize(histories, args.at_round))
+        if args.plot:
+            plot_comparison(histories, args.plot)
         return
     args.out.mkdir(parents=True, exist_ok=True)
     for codec in args.codecs:
         history = run(codec, args.rounds, args.out, args.client_cpus)
         print(f"{codec}: final accuracy {history['final_accuracy']:.2%}", flush=True)
-    print(summarize(load(args.out)))
+    histories = load(args.out)
+    print(summarize(histories, args.at_round))
+    if args.plot:
+        plot_comparison(histories, args.plot)
 
 
 if __name__ == "__main__":
