@@ -41,8 +41,11 @@ class StepProfiler:
     kernels: dict[str, KernelTime] = field(default_factory=lambda: defaultdict(KernelTime))
     _pending: list = field(default_factory=list)
     _pending_copies: list = field(default_factory=list)
+    last_enqueued: Launch | None = None
 
     def run(self, queue: cl.CommandQueue, launches: list[Launch], count_step: bool = True) -> None:
+        if launches:
+            self.last_enqueued = launches[-1]
         if self.enabled:
             self._pending.extend((launch, launch.enqueue(queue)) for launch in launches)
         else:

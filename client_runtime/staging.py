@@ -14,6 +14,7 @@ import numpy as np
 import pyopencl as cl
 
 from client_runtime.device import Device
+from kernels.device_errors import naming
 
 
 class StagingRing:
@@ -28,7 +29,8 @@ class StagingRing:
         self.y_bytes = prod(y_shape) * 4
         self.nbytes = self.x_bytes + self.y_bytes
         flags = cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR
-        self.slots = [cl.Buffer(device.context, flags, self.nbytes) for _ in range(slots)]
+        with naming(f"allocating {slots} staging buffers of {self.nbytes} bytes"):
+            self.slots = [cl.Buffer(device.context, flags, self.nbytes) for _ in range(slots)]
         self.pending: list[list[cl.Event]] = [[] for _ in range(slots)]
         # Maps go on a queue of their own so that mapping the next slot need not wait for the
         # compute queued behind the previous copy.
@@ -52,6 +54,11 @@ class StagingRing:
             raise ValueError(
                 f"batch shapes {x.shape}, {y.shape}; expected {self.x_shape}, {self.y_shape}"
             )
+        with naming(f"the upload of a batch ({self.nbytes} bytes) through staging buffer "
+                    f"{self.turn} of {len(self.slots)}"):
+            return self._send(x, y, dst_x, dst_y)
+
+    def _send(self, x: np.ndarray, y: np.ndarray, dst_x: cl.Buffer, dst_y: cl.Buffer) -> list:
         slot = self.turn
         self.turn = (self.turn + 1) % len(self.slots)
         buf = self.slots[slot]

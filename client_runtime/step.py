@@ -28,6 +28,7 @@ from client_runtime.profiler import StepProfiler
 from client_runtime.staging import StagingRing
 from kernels import elementwise
 from kernels import optimizer as opt_kernels
+from kernels.device_errors import naming
 from kernels.launch import Launch
 from mgfl.models.model import Model
 
@@ -166,9 +167,14 @@ class CompiledStep:
                 " in one buffer; use a smaller batch or freeze layers."
             )
         ctx, queue = device.context, device.queue
-        self.arena = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(self.plan.peak_bytes, 1))
-        if poison:  # NaN everywhere: a kernel that reads what nobody wrote produces NaN
-            cl.enqueue_fill_buffer(queue, self.arena, np.float32(np.nan), 0, self.plan.peak_bytes)
+        arena_name = (f"the step's arena ({self.plan.peak_bytes / 2**20:.1f} MiB on "
+                      f"{device.info.name})")
+        with naming(f"allocating {arena_name}"):
+            self.arena = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(self.plan.peak_bytes, 1))
+            if poison:  # NaN everywhere: a kernel that reads what nobody wrote produces NaN
+                cl.enqueue_fill_buffer(
+                    queue, self.arena, np.float32(np.nan), 0, self.plan.peak_bytes
+                )
         # One sub-buffer per distinct region: tensors that the planner put at the same offset
         # with the same size share it (NVIDIA's driver crashed releasing identical sub-buffers).
         self._regions: dict[tuple[int, int], cl.Buffer] = {}
@@ -176,9 +182,13 @@ class CompiledStep:
         for name, p in self.plan.placements.items():
             region = (p.offset, max(p.request.nbytes, 1))
             if region not in self._regions:
-                self._regions[region] = self.arena.get_sub_region(*region)
+                with naming(f"buffer {name} ({region[1]} bytes at offset {region[0]} of "
+                            f"{arena_name})"):
+                    self._regions[region] = self.arena.get_sub_region(*region)
             self.views[name] = self._regions[region]
-        self._upload_initial_state(state)
+        # Drivers allocate lazily: the first writes are where a too-large arena fails.
+        with naming(f"uploading the initial state into {arena_name}"):
+            self._upload_initial_state(state)
         lib = device.kernels
         self._poison_freed = poison_freed
         graph = self.graph
@@ -213,6 +223,9 @@ class CompiledStep:
         launches: list[Launch] = []
         for pos, op in enumerate(ops, start=first_position):
             bound = op.emit(lib, self.views)
+            touched = f"{op.name} (reads {', '.join(op.reads)}; writes {', '.join(op.writes)})"
+            for launch in bound:
+                launch.tensors = touched
             self._launches_of[op.name] = bound
             launches.extend(bound)
             for name in freed_at.get(pos, []):  # NaN into what no later launch may read
@@ -223,7 +236,8 @@ class CompiledStep:
     def _write(self, name: str, array: np.ndarray) -> None:
         tensor = self.graph.tensors[name]
         data = np.ascontiguousarray(array, dtype=tensor.dtype).reshape(tensor.shape)
-        cl.enqueue_copy(self.device.queue, self.views[name], data, is_blocking=True)
+        with naming(f"the copy into buffer {name} ({data.nbytes} bytes)"):
+            cl.enqueue_copy(self.device.queue, self.views[name], data, is_blocking=True)
 
     def _upload_initial_state(self, state: dict[str, np.ndarray]) -> None:
         missing = [n for n in (*self.graph.params, *self.graph.buffers) if n not in state]
@@ -258,8 +272,9 @@ class CompiledStep:
         for name in names:
             tensor = self.graph.tensors[name]
             out[name] = np.empty(tensor.shape, tensor.dtype)
-            cl.enqueue_copy(self.device.queue, out[name], self.views[name], is_blocking=False)
-        self.device.queue.finish()
+            with naming(f"the copy from buffer {name}"):
+                cl.enqueue_copy(self.device.queue, out[name], self.views[name], is_blocking=False)
+        self.synchronize()
         self.profiler.count_d2h(sum(a.nbytes for a in out.values()))
         return out
 
@@ -312,6 +327,17 @@ class CompiledStep:
         self.profiler.steps += 1
         self.steps_done += 1
 
+    def synchronize(self) -> None:
+        """Wait for everything enqueued; a failure names what was running."""
+        with naming(self._running("waiting for the device")):
+            self.device.queue.finish()
+
+    def _running(self, what: str) -> str:
+        """``what``, and the last launch enqueued before it: kernels fail asynchronously, so an
+        error surfaces at the next wait, after the launch that caused it."""
+        last = self.profiler.last_enqueued
+        return f"{what}, after {last.describe()}" if last is not None else what
+
     def eval_batch(self, x: np.ndarray, y: np.ndarray) -> None:
         """Evaluation-mode forward; labels of -1 are not counted (padding of a last batch)."""
         self._upload_batch(x, y)
@@ -319,7 +345,8 @@ class CompiledStep:
 
     def _read_stats(self, name: str, reset: bool) -> dict:
         stats = np.empty(3, np.float32)
-        cl.enqueue_copy(self.device.queue, stats, self.views[name], is_blocking=True)
+        with naming(self._running(f"the read of {name}")):
+            cl.enqueue_copy(self.device.queue, stats, self.views[name], is_blocking=True)
         self.profiler.count_d2h(stats.nbytes, per_step=False)
         if reset:
             self._write(name, np.zeros(3, np.float32))
@@ -364,9 +391,10 @@ class CompiledStep:
             if count < m:
                 xb = np.concatenate([xb, np.zeros((m - count, *xb.shape[1:]), xb.dtype)])
             self.eval_batch(xb, np.full(m, -1, np.int32))
-            cl.enqueue_copy(
-                self.device.queue, chunk, self.views[self.graph.eval_output], is_blocking=True
-            )
+            with naming(self._running(f"the read of {self.graph.eval_output}")):
+                cl.enqueue_copy(
+                    self.device.queue, chunk, self.views[self.graph.eval_output], is_blocking=True
+                )
             self.profiler.count_d2h(chunk.nbytes, per_step=False)
             out[start : start + count] = chunk[:count]
         self.read_eval_stats(reset=True)

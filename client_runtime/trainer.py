@@ -136,7 +136,7 @@ def train(
         done += 1
         in_window += 1
         if in_window == config.window or done == total:
-            device.queue.finish()
+            step.synchronize()
             now = time.perf_counter()
             window_times.append((now - t_window) / in_window)
             t_window, in_window = now, 0

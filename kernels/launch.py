@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import pyopencl as cl
 
+from kernels.device_errors import DeviceError
+
 
 def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
@@ -30,11 +32,21 @@ class Launch:
     flops: int = 0
     bytes_moved: int = 0
     keep_alive: list = field(default_factory=list, repr=False)
+    tensors: str = ""  # what the launch reads and writes, for error messages (set by the step)
 
     def enqueue(self, queue: cl.CommandQueue, wait_for=None) -> cl.Event:
-        return cl.enqueue_nd_range_kernel(
-            queue, self.kernel, self.global_size, self.local_size, wait_for=wait_for
-        )
+        try:
+            return cl.enqueue_nd_range_kernel(
+                queue, self.kernel, self.global_size, self.local_size, wait_for=wait_for
+            )
+        except cl.Error as err:
+            raise DeviceError(self.describe(), err) from err
+
+    def describe(self) -> str:
+        """The kernel, its sizes and (within a step) the tensors it touches."""
+        where = f" of {self.tensors}" if self.tensors else ""
+        return (f"kernel {self.name}{where} (global {self.global_size}, "
+                f"local {self.local_size})")
 
 
 def run(queue: cl.CommandQueue, launches: list[Launch]) -> None:

@@ -14,12 +14,14 @@ err_console = Console(stderr=True)
 def user_errors():
     """Errors that mean 'bad input or environment' are printed without a traceback."""
     from client_runtime.device import DeviceNotFoundError, NoOpenCLDeviceError
+    from kernels.device_errors import DeviceError
     from kernels.library import KernelBuildError
 
     expected = (
         NoOpenCLDeviceError,
         DeviceNotFoundError,
         KernelBuildError,
+        DeviceError,  # names the kernel, buffer or copy that failed
         MemoryError,  # a budget or arena that cannot hold the model: the message says what fits
         ValueError,
         FileNotFoundError,

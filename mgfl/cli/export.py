@@ -17,7 +17,7 @@ def load_weights(path: Path, expected: dict[str, tuple[int, ...]]) -> dict:
     """The arrays of a ``mgfl train --save`` file, checked against the model's names."""
     import numpy as np
 
-    with np.load(path) as saved:
+    with np.load(path, allow_pickle=False) as saved:  # a weights file may come from anywhere
         weights = {name: saved[name] for name in saved.files}
     missing = sorted(set(expected) - set(weights))
     if missing:

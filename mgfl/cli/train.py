@@ -79,8 +79,9 @@ def train(
     ),
     device: str = typer.Option(
         None,
-        help="OpenCL device (index, gpu/cpu, or part of its name); "
-        "default MGFL_DEVICE, else a GPU if present.",
+        help="OpenCL device (index, gpu/cpu, or part of its name); default MGFL_DEVICE, else "
+        "auto: a GPU if present, and the CPU (with a warning) if that GPU fails to build or is "
+        "lost during training.",
     ),
     seed: int = typer.Option(0, help="Seed of initial weights and batch order."),
     json_path: Path = typer.Option(None, "--json", help="Write the results to this JSON file."),
@@ -90,7 +91,7 @@ def train(
     batch goes up, nothing comes back until a report. Prints loss, accuracy, median step time,
     samples/s, the share of device time spent moving data, and the arena's peak memory."""
     from client_runtime.budget import DEFAULT_BUDGET_FRACTION, parse_bytes
-    from client_runtime.device import Device
+    from client_runtime.device_fallback import run_with_fallback
     from client_runtime.freezing import resolve_trainable
     from client_runtime.graph import OptimizerConfig
     from client_runtime.trainer import TrainConfig
@@ -98,51 +99,53 @@ def train(
 
     with user_errors():
         dataset, net = load_for_model(data, model)
-        dev = Device.open(device)
         trainable = resolve_trainable(net, freeze)
         opt = OptimizerConfig(
             name=optimizer, lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov
         )
-        budget = (
-            parse_bytes(memory_budget)
-            if memory_budget
-            else int(dev.info.global_mem_bytes * DEFAULT_BUDGET_FRACTION)
-        )
+        budget_bytes = parse_bytes(memory_budget) if memory_budget else None
+        state = net.init_state(seed)  # an imported model's init_state is its file's weights
+
+    def train_on(dev):
+        budget = budget_bytes or int(dev.info.global_mem_bytes * DEFAULT_BUDGET_FRACTION)
         config = TrainConfig(
             batch=batch, epochs=epochs, steps=steps, seed=seed, memory_budget=budget
         )
-        state = net.init_state(seed)  # an imported model's init_state is its file's weights
-    console.print(
-        f"[bold]{net.name}[/] ({net.parameter_count():,} parameters, {len(trainable)} trainable "
-        f"arrays) on [bold]{dataset.name}[/] ({len(dataset.y_train):,} train / "
-        f"{len(dataset.y_test):,} test) | device {dev.info.describe()}"
-    )
-    columns = (
-        TextColumn("training"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("steps"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as bar, user_errors():
-        task = bar.add_task("train", total=None)
-
-        def progress(done: int, total: int, _info) -> None:
-            bar.update(task, completed=done, total=total)
-
-        result, step = run_training(
-            dev,
-            net,
-            state,
-            dataset.x_train,
-            dataset.y_train,
-            config,
-            opt,
-            trainable,
-            dataset.x_test,
-            dataset.y_test,
-            progress=progress,
+        console.print(
+            f"[bold]{net.name}[/] ({net.parameter_count():,} parameters, {len(trainable)} "
+            f"trainable arrays) on [bold]{dataset.name}[/] ({len(dataset.y_train):,} train / "
+            f"{len(dataset.y_test):,} test) | device {dev.info.describe()}"
         )
+        columns = (
+            TextColumn("training"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("steps"),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("train", total=None)
+
+            def progress(done: int, total: int, _info) -> None:
+                bar.update(task, completed=done, total=total)
+
+            return run_training(
+                dev,
+                net,
+                state,
+                dataset.x_train,
+                dataset.y_train,
+                config,
+                opt,
+                trainable,
+                dataset.x_test,
+                dataset.y_test,
+                progress=progress,
+            )
+
+    with user_errors():
+        # Under --device auto a GPU lost mid-way (a driver reset) trains again on the CPU.
+        (result, step), dev = run_with_fallback(train_on, device)
     _print_result(result, batch)
     payload = {
         "model": net.name,

@@ -10,7 +10,12 @@ import pytest
 
 import client_runtime.device_fallback as fallback
 from client_runtime.device import Device, list_devices
-from client_runtime.device_fallback import DeviceFallbackWarning, open_client_device
+from client_runtime.device_fallback import (
+    DeviceFallbackWarning,
+    open_client_device,
+    run_with_fallback,
+)
+from kernels.device_errors import DeviceError
 from kernels.library import KernelBuildError
 
 
@@ -52,3 +57,51 @@ def test_a_working_auto_device_is_used_without_warning(recwarn):
     device = open_client_device("auto")
     assert device.info.kind in {"cpu", "gpu", "accelerator"}
     assert not [w for w in recwarn if issubclass(w.category, DeviceFallbackWarning)]
+
+
+def _lost(what: str) -> DeviceError:
+    record = cl._cl._ErrorRecord("clFinish", cl.status_code.OUT_OF_RESOURCES, "lost")
+    return DeviceError(what, cl.RuntimeError(record))
+
+
+def opener_with_gpu(gpu, cpu):
+    """Opens the CPU device for both; the one opened for index 99 describes itself as the GPU."""
+    def opener(selection: str) -> Device:
+        device = Device.open(str(cpu.index))
+        if selection == "99":
+            device.info = gpu
+        return device
+    return opener
+
+
+def test_a_device_lost_mid_work_starts_again_on_the_cpu_under_auto(fake_gpu):
+    gpu, cpu = fake_gpu
+    seen = []
+
+    def work(device: Device) -> str:
+        seen.append(device.info.kind)
+        if device.info.kind == "gpu":
+            raise _lost("kernel gemm_local of conv1.forward")
+        return "trained"
+
+    with pytest.warns(DeviceFallbackWarning, match="conv1.forward"):
+        result, used = run_with_fallback(work, "auto", opener=opener_with_gpu(gpu, cpu))
+    assert (result, seen, used.info.kind) == ("trained", ["gpu", "cpu"], "cpu")
+
+
+def test_mid_work_failures_are_raised_when_no_fallback_applies(fake_gpu):
+    gpu, cpu = fake_gpu
+
+    def lost(device: Device) -> None:
+        raise _lost("kernel x")
+
+    with pytest.raises(DeviceError):  # an explicit selection is never replaced
+        run_with_fallback(lost, "99", opener=opener_with_gpu(gpu, cpu))
+
+    def invalid(device: Device) -> None:  # not a lost device: a bug, shown as it is
+        record = cl._cl._ErrorRecord("clEnqueueNDRangeKernel",
+                                     cl.status_code.INVALID_KERNEL_ARGS, "bad")
+        raise DeviceError("kernel x", cl.RuntimeError(record))
+
+    with pytest.raises(DeviceError, match="INVALID_KERNEL_ARGS"):
+        run_with_fallback(invalid, "auto", opener=opener_with_gpu(gpu, cpu))
