@@ -34,6 +34,7 @@ from client_runtime.trainer import TrainConfig, train
 from mgfl.codecs import decode_update, encode_update, get_codec
 from mgfl.flower_records import CONFIG_KEY, METRICS_KEY, bundle_of, bundle_record
 from mgfl.run_config import RunConfig
+from mgfl.simulated_phone import SimulatedPhone
 from mgfl.update_layout import UpdateLayout
 
 RESIDUAL_KEY = "mgfl-residual"
@@ -225,6 +226,21 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
+def simulated_phone(config: RunConfig, partition_id: int) -> SimulatedPhone | None:
+    """The phone this client stands for when the run simulates a fleet (``devices``)."""
+    if not config.devices.strip():
+        return None
+    return SimulatedPhone.of(config.devices, partition_id, config.uplink_mbps, config.seed)
+
+
+def memory_budget_of(config: RunConfig, phone: SimulatedPhone | None) -> str:
+    """The budget for memory-aware batching: the run's own if it names one, else the simulated
+    phone's app budget, else none."""
+    if config.memory_budget or phone is None:
+        return config.memory_budget
+    return str(phone.profile.memory_budget_bytes)
+
+
 def _round_seed(config: RunConfig, server_round: int, partition_id: int) -> int:
     sequence = np.random.SeedSequence([config.seed, server_round, partition_id])
     return int(sequence.generate_state(1)[0])
@@ -252,8 +268,15 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
         momentum=config.momentum,
         weight_decay=config.weight_decay,
     )
+    phone = simulated_phone(config, partition_id)
     batch = _batch_for(
-        model, config.batch, len(data.y_train), trainable, optimizer, device, config.memory_budget
+        model,
+        config.batch,
+        len(data.y_train),
+        trainable,
+        optimizer,
+        device,
+        memory_budget_of(config, phone),
     )
     step = _compiled_step(device, model, batch, state, trainable, optimizer)
     seed = _round_seed(config, server_round, partition_id)
@@ -303,7 +326,8 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     feedback = codec.error_feedback or buffer_codec.error_feedback
     residuals = _load_residuals(context, codecs_spec) if feedback else None
     encoded = encode_update(changes, codec, residuals, np.random.default_rng(seed),
-                            codec_of={name: buffer_codec for name in layout.buffers})
+                            codec_of={name: buffer_codec for name in layout.buffers},
+                            reference=received)
     if feedback:
         _store_residuals(context, codecs_spec, encoded.residuals)
     programs = device.kernels.stats
@@ -330,6 +354,9 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
             "process-peak-rss-bytes": peak_rss_bytes(),
         }
     )
+    if phone is not None:
+        for key, value in phone.metrics(step, int(result.steps), encoded.nbytes).items():
+            metrics[key] = value
     return RecordDict({"arrays": bundle_record(encoded.blob), METRICS_KEY: metrics})
 
 

@@ -71,6 +71,11 @@ class RunConfig:
     fault_late: float = 0.0  # ... that come back after the round closed
     fault_seed: int = 0
     resume: int = 0  # 1: continue from output-dir/server-state.json if it exists
+    # simulated phones (docs/deploy.md): each client gets a phone GPU profile and an uplink
+    devices: str = ""  # "" = none | mix (one of every profiled GPU, seeded) | a profile name
+    over_selection: float = 0.0  # 0.3: sample 30% more clients than needed, keep the first
+    round_deadline_s: float = 0.0  # simulated seconds a round waits; 0 = no deadline
+    uplink_mbps: float = 10.0  # median uplink per client, Mbit/s (lognormal spread)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> RunConfig:
@@ -118,17 +123,32 @@ class RunConfig:
         get_codec(self.uplink_buffer_codec())
         if get_codec(self.downlink_codec).name not in ("none", "fp16"):
             raise ValueError("downlink-codec must be none or fp16: clients train from what arrives")
+        self.check_fleet()
 
+    def check_fleet(self) -> None:
+        """The simulated-phone keys: a known profile, non-negative shares and times."""
+        if self.devices.strip():
+            from mgfl.simulated_phone import check_devices
+
+            check_devices(self.devices)
+        if self.over_selection < 0 or self.round_deadline_s < 0:
+            raise ValueError("over-selection and round-deadline-s must be >= 0")
+        if self.uplink_mbps <= 0:
+            raise ValueError("uplink-mbps must be positive")
 
     def uplink_buffer_codec(self) -> str:
         """The codec of the BatchNorm statistics' change. A sparse codec would starve them (a
         64-entry running mean at 0.1% travels one entry in sixteen rounds) and the server's
-        evaluation depends on them, so with ``auto`` they go dense in int8 then."""
+        evaluation depends on them, so with ``auto`` they go dense in int8 then. A codec that
+        encodes whole updates (stc) codes the statistics itself."""
         if self.buffer_codec != "auto":
             return self.buffer_codec
         from mgfl.codecs import get_codec
 
-        return "int8" if get_codec(self.codec).sparse else self.codec
+        codec = get_codec(self.codec)
+        if codec.whole_update:
+            return codec.spec
+        return "int8" if codec.sparse else self.codec
 
 
 # Keys the server adds to the training configuration: Flower's round number, and the digest

@@ -34,6 +34,7 @@ from flwr.supercore import log
 from mgfl.codecs import Codec, CodecError, encode_update
 from mgfl.flower_records import bundle_of, bundle_record
 from mgfl.update_layout import UpdateLayout
+from server.stragglers import FleetRounds
 from server.validation import (
     ReplyLimits,
     ReplyRejected,
@@ -56,6 +57,7 @@ class RoundTraffic:
     rejections: list[dict] = field(default_factory=list)  # {"node": id, "reason": text}
     aggregated: bool = True  # False: the round kept the previous global model
     note: str = ""  # why it did, if it did
+    stragglers: list[int] = field(default_factory=list)  # nodes that finished too late
 
 
 def state_of(record: ArrayRecord) -> dict[str, np.ndarray]:
@@ -71,8 +73,9 @@ class CompressedUpdateStrategy(Strategy):
 
     def __init__(self, inner: FedAvg, layout: UpdateLayout, downlink_codec: Codec,
                  extra_config: dict[str, str] | None = None, limits: ReplyLimits | None = None,
-                 min_replies: int = 1):
+                 min_replies: int = 1, fleet: FleetRounds | None = None):
         self.inner = inner
+        self.fleet = fleet
         self.limits = limits or ReplyLimits.for_layout(layout)
         self.min_replies = min_replies
         self.layout = layout
@@ -96,6 +99,8 @@ class CompressedUpdateStrategy(Strategy):
         for key, value in self.extra_config.items():
             config[key] = value
         trainable = record_of({n: self._global[n] for n in self.layout.trainable})
+        if self.fleet is not None:
+            self.fleet.select(self.inner, len(list(grid.get_node_ids())), server_round)
         messages = list(self.inner.configure_train(server_round, trainable, config, grid))
         sent = self._attach_downlink(messages)
         self.traffic[server_round] = RoundTraffic(downlink_bytes=sent)
@@ -104,6 +109,8 @@ class CompressedUpdateStrategy(Strategy):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
+        if self.fleet is not None:
+            replies = self._drop_stragglers(server_round, replies, traffic)
         passed: list[Message] = []
         buffer_sets: list[tuple[float, dict[str, np.ndarray]]] = []
         for reply in replies:
@@ -166,6 +173,23 @@ class CompressedUpdateStrategy(Strategy):
         return self.inner.aggregate_evaluate(server_round, replies)
 
     # -- helpers -----------------------------------------------------------------------------
+    def _drop_stragglers(self, server_round: int, replies: Iterable[Message],
+                         traffic: RoundTraffic) -> list[Message]:
+        """The replies of the first clients to finish by simulated time; replies without usable
+        timing are rejected, the late ones are counted as stragglers and not aggregated."""
+        sorted_out = self.fleet.sort_out(server_round, replies)
+        for reply, why in sorted_out.unreadable:
+            node = int(reply.metadata.src_node_id)
+            traffic.replies += 1
+            traffic.rejected += 1
+            traffic.rejections.append({"node": node, "reason": why})
+            log(WARNING, "round %d: update of node %d rejected: %s", server_round, node, why)
+        traffic.stragglers = [int(r.metadata.src_node_id) for r in sorted_out.stragglers]
+        if traffic.stragglers:
+            log(INFO, "round %d: %d straggler(s) dropped, simulated round %.1f s",
+                server_round, len(traffic.stragglers), sorted_out.record["round_s"])
+        return sorted_out.kept
+
     def _attach_downlink(self, messages: list[Message],
                          state: dict[str, np.ndarray] | None = None) -> int:
         """Puts one encoded bundle of the travelling arrays into every message; returns the

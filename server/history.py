@@ -31,6 +31,13 @@ class RoundRecord:
     faults: dict[str, int] = field(default_factory=dict)  # injected in simulation, by kind
     aggregated: bool = True  # False: too few usable replies; the global model was kept
     note: str = ""
+    # simulated fleet (devices set; None otherwise): clients that finished too late, this round's
+    # simulated length, the run's simulated time so far, and each client's predicted seconds
+    stragglers: int = 0
+    straggler_nodes: list[int] = field(default_factory=list)
+    round_s: float | None = None
+    wall_clock_s: float | None = None
+    client_times: list[dict] = field(default_factory=list)
 
 
 def _finite(value):
@@ -66,6 +73,7 @@ class RunHistory:
             "final_accuracy": self.rounds[-1].accuracy if self.rounds else None,
             "total_uplink_bytes": sum(r.uplink_bytes for r in trained),
             "total_downlink_bytes": sum(r.downlink_bytes for r in trained),
+            "simulated_wall_clock_s": self.rounds[-1].wall_clock_s if self.rounds else None,
         })
 
     def write(self) -> None:

@@ -31,6 +31,7 @@ from server.resume import (
     strategy_arrays_of,
 )
 from server.round_offset import ContinuedStrategy
+from server.stragglers import FleetRounds
 from server.strategies import build_flower_strategy
 from server.validation import ReplyLimits
 
@@ -56,6 +57,8 @@ class RoundReporter:
         path = save_checkpoint(self.checkpoint_dir, server_round, state) \
             if self.checkpoint_dir else None
         traffic = self.strategy.traffic.get(server_round, RoundTraffic())
+        fleet = self.strategy.fleet
+        timing = fleet.records.get(server_round, {}) if fleet is not None else {}
         self.history.add(RoundRecord(
             round=server_round,
             accuracy=float(result["accuracy"]),
@@ -72,6 +75,11 @@ class RoundReporter:
             faults=dict(self.faults.get(server_round, {})),
             aggregated=traffic.aggregated,
             note=traffic.note,
+            stragglers=len(traffic.stragglers),
+            straggler_nodes=list(traffic.stragglers),
+            round_s=timing.get("round_s", 0.0) if fleet is not None else None,
+            wall_clock_s=fleet.clock.seconds if fleet is not None else None,
+            client_times=list(timing.get("clients", [])),
         ))
         if self.on_round_end is not None:
             self.on_round_end(server_round, state)
@@ -94,6 +102,14 @@ def prepare(config: RunConfig):
     return dataset, model, layout, initial
 
 
+def fleet_of(config: RunConfig) -> FleetRounds | None:
+    """Over-selection and deadline of a run that simulates phones (``devices`` set)."""
+    if not config.devices.strip():
+        return None
+    return FleetRounds(config.fraction_train, config.min_train_nodes, config.over_selection,
+                       config.round_deadline_s)
+
+
 def run_server(grid: Grid, config: RunConfig, evaluator=None) -> RunHistory:
     """Runs ``config.num_rounds`` rounds on ``grid``; returns the history (also written to
     ``<output-dir>/history.json`` with a checkpoint per round)."""
@@ -106,6 +122,7 @@ def run_server(grid: Grid, config: RunConfig, evaluator=None) -> RunHistory:
         extra_config={"frozen-digest": layout.frozen_digest(initial)},
         limits=ReplyLimits.for_layout(layout, config.max_update_bytes, config.update_norm_bound),
         min_replies=config.min_replies,
+        fleet=fleet_of(config),
     )
     output = Path(config.output_dir) if config.output_dir else None
     plan = FaultPlan(config.fault_crash, config.fault_timeout, config.fault_late,
@@ -126,6 +143,8 @@ def run_server(grid: Grid, config: RunConfig, evaluator=None) -> RunHistory:
         initial = saved.global_state
         restore_strategy_arrays(strategy.inner, saved.strategy_arrays)
         history.rounds = [RoundRecord(**record) for record in saved.history]
+        if strategy.fleet is not None and history.rounds:
+            strategy.fleet.clock.seconds = history.rounds[-1].wall_clock_s or 0.0
         log(INFO, "resuming after round %d from %s", done, output)
 
     def save_round(server_round: int, state: dict[str, np.ndarray]) -> None:

@@ -53,7 +53,7 @@ def validate_update(blob: bytes, layout: UpdateLayout, global_state: Mapping[str
         raise ReplyRejected(f"bundle of {len(blob)} bytes exceeds the bound of "
                             f"{limits.max_bytes} bytes")
     try:
-        changes = decode_update(blob, layout.travelling_shapes())
+        changes = decode_update(blob, layout.travelling_shapes(), reference=global_state)
     except CodecError as err:
         raise ReplyRejected(f"malformed bundle: {err}") from err
     squared = 0.0

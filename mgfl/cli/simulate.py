@@ -46,7 +46,8 @@ def parse_pairs(pairs: list[str]) -> dict[str, object]:
 
 
 def plot_history(history: dict, path: Path) -> Path:
-    """Accuracy (left) and bytes per round (right, log scale) of one run."""
+    """Accuracy (left) and bytes per round (middle, log scale) of one run; with simulated phones,
+    a third panel of accuracy against simulated wall-clock time, with each round's stragglers."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -55,7 +56,9 @@ def plot_history(history: dict, path: Path) -> Path:
 
     rounds = history["rounds"]
     trained = [r for r in rounds if r["round"] > 0]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    simulated = any(r.get("wall_clock_s") is not None for r in rounds)
+    fig, axes = plt.subplots(1, 3 if simulated else 2, figsize=(15 if simulated else 10, 3.8))
+    left, right = axes[0], axes[1]
     left.plot([r["round"] for r in rounds], [100 * (r["accuracy"] or 0) for r in rounds],
               marker="o")
     left.set(xlabel="round", ylabel="server test accuracy (%)", title="accuracy")
@@ -69,14 +72,41 @@ def plot_history(history: dict, path: Path) -> Path:
     right.legend()
     for axis in (left, right):
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if simulated:
+        _plot_simulated_time(axes[2], rounds)
     config = history.get("run", {}).get("config", {})
-    fig.suptitle(f"{config.get('strategy', '')} | {config.get('model', '')} on "
-                 f"{config.get('dataset', '')} | uplink codec {config.get('codec', '')}")
+    title = (f"{config.get('strategy', '')} | {config.get('model', '')} on "
+             f"{config.get('dataset', '')} | uplink codec {config.get('codec', '')}")
+    if simulated:
+        title += f" | devices {config.get('devices', '')}"
+    fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _plot_simulated_time(axis, rounds: list[dict]) -> None:
+    """Accuracy against the simulated wall clock; each round's stragglers as a bar spanning the
+    round's simulated length, on a second axis."""
+    from matplotlib.ticker import MaxNLocator
+
+    clock = [r["wall_clock_s"] or 0.0 for r in rounds]
+    axis.plot(clock, [100 * (r["accuracy"] or 0) for r in rounds], marker="o", color="C0")
+    axis.set(xlabel="simulated wall-clock time (s)", ylabel="server test accuracy (%)",
+             title="simulated phones")
+    axis.grid(alpha=0.3)
+    trained = [(c, r) for c, r in zip(clock, rounds, strict=True) if r["round"] > 0]
+    if not trained:
+        return
+    bars = axis.twinx()
+    bars.bar([c - (r["round_s"] or 0.0) for c, r in trained], [r["stragglers"] for _, r in trained],
+             width=[r["round_s"] or 0.0 for _, r in trained], align="edge", color="C3",
+             alpha=0.3, edgecolor="C3", label="stragglers (bar = round)")
+    bars.set_ylabel("stragglers per round")
+    bars.yaxis.set_major_locator(MaxNLocator(integer=True))
+    bars.legend(loc="lower right")
 
 
 @app.command()
@@ -98,6 +128,20 @@ def simulate(
     lr: float = typer.Option(None, help="Local learning rate."),
     freeze: str = typer.Option(None, help="Trainable set: all, head, last:K, bias, names."),
     device: str = typer.Option(None, help="OpenCL device of clients and server evaluation."),
+    devices: str = typer.Option(
+        None, "--devices", help="Simulate phones: 'mix' gives each client one of the profiled "
+        "phone GPUs (seeded), a profile name (e.g. adreno-650, mali-g78) gives it to all. "
+        "Each client's app memory budget then drives its batch, and its predicted training "
+        "plus uplink time gives a simulated round time (see `mgfl doctor`, docs/deploy.md)."),
+    over_selection: float = typer.Option(
+        None, "--over-selection", min=0.0, help="With --devices: sample this share more clients "
+        "than a round needs (0.3 = 30% more) and aggregate only the first to finish."),
+    round_deadline_s: float = typer.Option(
+        None, "--round-deadline-s", min=0.0, help="With --devices: simulated seconds a round "
+        "waits; later clients are stragglers (0 = no deadline)."),
+    uplink_mbps: float = typer.Option(
+        None, "--uplink-mbps", help="With --devices: median client uplink in Mbit/s (each "
+        "client's is drawn lognormally around it; default 10)."),
     config: Annotated[list[str] | None, typer.Option(
         "--config", "-c", help="Any run-config KEY=VALUE (the keys of pyproject's "
         "tool.flwr.app.config); repeatable.")] = None,
@@ -127,7 +171,8 @@ def simulate(
              "num-clients": clients, "dirichlet-alpha": alpha, "strategy": strategy,
              "codec": codec, "fraction-train": fraction, "epochs": epochs,
              "local-steps": local_steps, "batch": batch, "lr": lr, "freeze": freeze,
-             "device": device}
+             "device": device, "devices": devices, "over-selection": over_selection,
+             "round-deadline-s": round_deadline_s, "uplink-mbps": uplink_mbps}
     with user_errors():
         values = {**parse_pairs(config or []), **{k: v for k, v in named.items() if v is not None},
                   "output-dir": str(output_dir)}
@@ -136,6 +181,8 @@ def simulate(
         f"[bold]{run_config.strategy}[/] on [bold]{run_config.dataset}[/] "
         f"({run_config.partition}) | {run_config.model} | uplink {run_config.codec}, downlink "
         f"{run_config.downlink_codec} | {run_config.num_rounds} rounds"
+        + (f" | phones {run_config.devices}, over-selection {run_config.over_selection:g}, "
+           f"deadline {run_config.round_deadline_s:g} s" if run_config.devices else "")
     )
     columns = (TextColumn("round"), MofNCompleteColumn(), BarColumn(),
                TextColumn("{task.fields[status]}"), TimeElapsedColumn())
@@ -151,6 +198,9 @@ def simulate(
                            "clients")
                 if record["failed"] or record["rejected"]:
                     status += f" ({record['failed']} failed, {record['rejected']} rejected)"
+                if record.get("wall_clock_s") is not None:
+                    status += (f" | {record['stragglers']} stragglers | simulated "
+                               f"{record['wall_clock_s']:.1f} s")
             bar.update(task, completed=record["round"], status=status)
 
         add_round_listener(on_round)
@@ -186,4 +236,7 @@ def _print_summary(history: dict) -> None:
     if trained and trained[-1]["clients"]:
         per_client = trained[-1]["uplink_bytes"] / trained[-1]["clients"]
         table.add_row("uplink per client, last round", _fmt_bytes(per_client))
+    if history.get("simulated_wall_clock_s") is not None:
+        table.add_row("simulated wall clock", f"{history['simulated_wall_clock_s']:.1f} s")
+        table.add_row("stragglers, all rounds", str(sum(r["stragglers"] for r in trained)))
     console.print(table)

@@ -51,6 +51,7 @@ class Codec(ABC):
     lossless: ClassVar[bool] = False
     error_feedback: ClassVar[bool] = False
     sparse: ClassVar[bool] = False  # sends only some entries of an array
+    whole_update: ClassVar[bool] = False  # encodes a whole update at once (a compact bundle)
 
     @abstractmethod
     def encode(self, array: np.ndarray, rng: np.random.Generator | None = None) -> bytes | None:

@@ -6,6 +6,7 @@ from mgfl.codecs.base import Codec
 from mgfl.codecs.dense import Float16, NoCompression
 from mgfl.codecs.errors import CodecError
 from mgfl.codecs.int8 import Int8, Int8PerChannel
+from mgfl.codecs.ternary import SparseTernary, parse_stc
 from mgfl.codecs.topk import TopK, parse_fraction
 
 CODEC_SPECS = {
@@ -14,11 +15,15 @@ CODEC_SPECS = {
     "int8": "8-bit symmetric, one scale per tensor",
     "int8-channel": "8-bit symmetric, one scale per output channel",
     "topk:F": "the fraction F (0.01 or 1%) of largest entries, with error feedback",
+    "stc:F[:B]": "sparse ternary: the fraction F of largest entries of the whole update as "
+                 "positions and signs, with error feedback; BatchNorm statistics as B-bit "
+                 "(default 2) deltas; one compact bundle",
 }
 
 _DECODERS: dict[int, Codec] = {
     codec.codec_id: codec
-    for codec in (NoCompression(), Float16(), Int8(), Int8PerChannel(), TopK())
+    for codec in (NoCompression(), Float16(), Int8(), Int8PerChannel(), TopK(),
+                  SparseTernary())
 }
 
 
@@ -32,6 +37,10 @@ def get_codec(spec: str) -> Codec:
         if not argument:
             raise ValueError("topk needs a fraction: topk:0.01 or topk:1%")
         return TopK(parse_fraction(argument))
+    if name == "stc":
+        if not argument:
+            raise ValueError("stc needs a fraction: stc:0.01, or stc:0.01:3 for 3-bit statistics")
+        return SparseTernary(*parse_stc(argument))
     raise ValueError(f"unknown codec {spec!r}; codecs: {', '.join(CODEC_SPECS)}")
 
 

@@ -3,7 +3,8 @@ carries in each direction and whose length is the bytes a round costs.
 
 Bundle layout: ``b"MGU" | u8 version | varint record count | records`` (see ``base`` for a
 record). Arrays a sparse codec sends nothing for are left out of the bundle; the receiver takes
-a missing array as an all-zero update.
+a missing array as an all-zero update. A codec that encodes whole updates (``stc``) writes a
+compact bundle instead (``b"MGC"``, see ``compact``), which the decoder recognises by its magic.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mgfl.codecs.base import DEFAULT_MAX_ELEMENTS, VERSION, Codec, encode_record, read_record
+from mgfl.codecs.compact import COMPACT_MAGIC, decode_compact, encode_compact
 from mgfl.codecs.errors import CodecError
 from mgfl.codecs.feedback import encode_with_feedback
 from mgfl.codecs.registry import decoders
@@ -42,10 +44,17 @@ def encode_update(
     residuals: Mapping[str, np.ndarray] | None = None,
     rng: np.random.Generator | None = None,
     codec_of: Mapping[str, Codec] | None = None,
+    reference: Mapping[str, np.ndarray] | None = None,
 ) -> EncodedUpdate:
     """Encodes every array with ``codec``, or with ``codec_of[name]`` where given; arrays whose
     codec wants error feedback have their ``residuals`` (from the previous call, or None at
-    first) added in, and the new ones are returned."""
+    first) added in, and the new ones are returned.
+
+    A whole-update codec (``stc``) encodes everything in one compact bundle: the arrays named in
+    ``codec_of`` (which must name that same codec) are the running statistics, coded against
+    their global values in ``reference`` (what the sender received)."""
+    if codec.whole_update:
+        return _encode_whole(arrays, codec, residuals, rng, codec_of or {}, reference)
     records: list[bytes] = []
     sent: dict[str, np.ndarray] = {}
     kept: dict[str, np.ndarray] = {}
@@ -69,13 +78,28 @@ def encode_update(
     return EncodedUpdate(blob, sent, kept, len(records))
 
 
+def _encode_whole(arrays, codec, residuals, rng, codec_of, reference) -> EncodedUpdate:
+    others = sorted({c.spec for c in codec_of.values()} - {codec.spec})
+    if others:
+        raise CodecError(f"{codec.spec} encodes the whole update, statistics included; it cannot "
+                         f"leave some arrays to {', '.join(others)}")
+    blob, sent, steps = encode_compact(arrays, codec, residuals, rng, set(codec_of), reference)
+    residual = {name: step.residual for name, step in steps.items()}
+    return EncodedUpdate(blob, sent, residual, sum(1 for a in sent.values() if np.any(a)))
+
+
 def decode_update(
     blob: bytes,
     expected: Mapping[str, tuple[int, ...]] | None = None,
     max_elements: int = DEFAULT_MAX_ELEMENTS,
+    reference: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """The arrays of a bundle. With ``expected`` (name -> shape), every record must name one of
-    those arrays with exactly that shape; arrays not present were not sent."""
+    those arrays with exactly that shape; arrays not present were not sent. A compact bundle
+    needs ``expected`` (its arrays are named by their place in it), and ``reference`` (the
+    global values) where its statistics travel as log ratios."""
+    if bytes(blob[:len(COMPACT_MAGIC)]) == COMPACT_MAGIC:
+        return decode_compact(bytes(blob), expected, reference)
     reader = ByteReader(blob, "update bundle")
     if reader.take(len(BUNDLE_MAGIC)) != BUNDLE_MAGIC:
         raise reader.fail("not an mgfl update bundle (bad magic)")

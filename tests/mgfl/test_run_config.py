@@ -55,7 +55,8 @@ def test_mistakes_are_refused(values, match):
 @pytest.mark.parametrize(
     ("codec", "buffer_codec", "expected"),
     [("none", "auto", "none"), ("int8-channel", "auto", "int8-channel"),
-     ("topk:0.01", "auto", "int8"), ("topk:0.01", "fp16", "fp16")],
+     ("topk:0.01", "auto", "int8"), ("topk:0.01", "fp16", "fp16"),
+     ("stc:0.02", "auto", "stc:0.02")],
 )
 def test_batchnorm_statistics_are_never_sparse_unless_asked(codec, buffer_codec, expected):
     config = RunConfig(codec=codec, buffer_codec=buffer_codec)

@@ -165,7 +165,7 @@ def test_fewer_usable_replies_than_the_minimum_keep_the_model(flower_identity, g
 
 def test_default_size_bound_admits_every_codec_of_the_model():
     limits = ReplyLimits.for_layout(LAYOUT)
-    for spec in ("none", "fp16", "int8", "int8-channel", "topk:1"):
+    for spec in ("none", "fp16", "int8", "int8-channel", "topk:1", "stc:1"):
         blob = encode_update(changes(), get_codec(spec)).blob
         assert len(blob) <= limits.max_bytes
         validate_update(blob, LAYOUT, global_state(), limits)
@@ -177,3 +177,32 @@ def test_default_size_bound_admits_every_codec_of_the_model():
 def test_sample_counts_must_be_numbers(value):
     with pytest.raises(ReplyRejected, match="not a number"):
         validate_weight(value, "num-examples")
+
+
+def test_compact_stc_replies_decode_against_the_global_model():
+    """An stc reply of a model with BatchNorm: the server decodes it against its global
+    statistics and gets exactly what the client sent, with every variance still positive."""
+    model = build_model("dscnn", input_shape=(1, 40, 32), num_classes=10)
+    layout = UpdateLayout.of(model, set(model.parameter_shapes()))
+    rng = np.random.default_rng(3)
+    state = {n: rng.normal(size=s).astype(np.float32) for n, s in layout.shapes.items()}
+    for name in layout.buffers:
+        if name.endswith("running_var"):
+            state[name] = rng.uniform(0.01, 4.0, layout.shapes[name]).astype(np.float32)
+    change = {n: (rng.normal(size=layout.shapes[n]) * 0.01).astype(np.float32)
+              for n in layout.travelling}
+    for name in layout.buffers:
+        change[name] = (state[name] * rng.uniform(-0.9, 2.0, layout.shapes[name])
+                        ).astype(np.float32)
+    codec = get_codec("stc:0.02")
+    encoded = encode_update(change, codec, None, rng, reference=state,
+                            codec_of={n: codec for n in layout.buffers})
+    decoded = validate_update(encoded.blob, layout, state, ReplyLimits.for_layout(layout))
+    for name, array in decoded.items():
+        np.testing.assert_array_equal(array, encoded.sent[name])
+    for name in layout.buffers:
+        if name.endswith("running_var"):
+            assert np.all(state[name] + decoded[name] > 0)
+    with pytest.raises(ReplyRejected, match="layout"):
+        validate_update(encoded.blob, LAYOUT, global_state(), ReplyLimits.for_layout(LAYOUT))
+

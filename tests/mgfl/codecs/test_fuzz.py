@@ -25,7 +25,7 @@ from mgfl.codecs.wire import varint
 EXAMPLES = int(os.environ.get("MGFL_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
-CODECS = ["none", "fp16", "int8", "int8-channel", "topk:0.3", "topk:1"]
+CODECS = ["none", "fp16", "int8", "int8-channel", "topk:0.3", "topk:1", "stc:0.3", "stc:1"]
 EXPECTED = {"conv.weight": (4, 3, 3, 3), "conv.bias": (4,), "fc.weight": (5, 36), "bn.mean": (4,)}
 EXPECTED_BYTES = 8 * sum(int(np.prod(s)) for s in EXPECTED.values())
 CASES: Counter = Counter()
@@ -39,12 +39,16 @@ def report_counts():
           f"rejected with CodecError {CASES['rejected']}")
 
 
-def decode_within_bounds(blob: bytes, expected=EXPECTED) -> dict | None:
+STATISTIC = "bn.mean"
+REFERENCE = {STATISTIC: np.linspace(0.5, 2.0, 4, dtype=np.float32)}
+
+
+def decode_within_bounds(blob: bytes, expected=EXPECTED, reference=None) -> dict | None:
     """Decodes ``blob``: the result or None for CodecError; any other exception fails the test.
     The peak allocation must stay within a small multiple of the input and the expected model."""
     tracemalloc.start()
     try:
-        out = decode_update(blob, expected)
+        out = decode_update(blob, expected, reference=reference)
     except CodecError:
         out = None
     finally:
@@ -59,6 +63,16 @@ def valid_bundle(seed: int, codec: str) -> bytes:
     rng = np.random.default_rng(seed)
     arrays = {name: rng.normal(size=shape).astype(np.float32) for name, shape in EXPECTED.items()}
     return encode_update(arrays, get_codec(codec), rng=rng).blob
+
+
+def valid_compact_bundle(seed: int, spec: str) -> bytes:
+    """An stc bundle whose BatchNorm statistic travels as a log ratio to ``REFERENCE``."""
+    rng = np.random.default_rng(seed)
+    arrays = {name: rng.normal(size=shape).astype(np.float32) for name, shape in EXPECTED.items()}
+    arrays[STATISTIC] = (REFERENCE[STATISTIC] * rng.uniform(-0.5, 1.0, 4)).astype(np.float32)
+    codec = get_codec(spec)
+    return encode_update(arrays, codec, rng=rng, codec_of={STATISTIC: codec},
+                         reference=REFERENCE).blob
 
 
 mutation = st.one_of(
@@ -115,6 +129,24 @@ def test_arbitrary_bytes_after_a_valid_header(blob):
                                                                    max_size=4))
 def test_mutated_valid_bundles_decode_or_raise_codec_error(seed, codec, steps):
     check_result(decode_within_bounds(mutate(valid_bundle(seed, codec), steps)))
+
+
+@FUZZ
+@given(st.integers(0, 1 << 20), st.sampled_from(["stc:0.1", "stc:0.5:3", "stc:1:8"]),
+       st.lists(mutation, min_size=1, max_size=4))
+def test_mutated_compact_bundles_with_statistics(seed, spec, steps):
+    """Compact bundles decoded against the global statistics they refer to."""
+    check_result(decode_within_bounds(mutate(valid_compact_bundle(seed, spec), steps),
+                                      reference=REFERENCE))
+
+
+@FUZZ
+@given(st.binary(max_size=1024))
+def test_arbitrary_bytes_after_a_compact_header(blob):
+    from mgfl.codecs.compact import layout_digest
+
+    header = b"MGC\x01" + layout_digest(EXPECTED).to_bytes(4, "little")
+    check_result(decode_within_bounds(header + blob, reference=REFERENCE))
 
 
 @FUZZ
