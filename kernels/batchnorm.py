@@ -4,6 +4,10 @@ A Linear layer's output is the case HW = 1. Training statistics are reduced by o
 channel, which also writes the normalized output: the forward and the backward are one launch each.
 Work-items read a channel as vectors along HW; on CPUs the vectors are as wide as the SIMD unit and
 each item takes one contiguous range, on GPUs they are 4 wide and interleave for coalescing.
+
+With frozen statistics (transfer learning of biases and normalisation parameters, TinyTL) the
+training forward is the inference one, and its backward (``batchnorm_backward_frozen``) reads the
+forward input only for gamma's gradient.
 """
 
 from __future__ import annotations
@@ -201,6 +205,60 @@ def batchnorm_backward(
             (group,),
             flops=(5 + (6 if with_dx else 0)) * total + 8 * c,
             bytes_moved=(8 + (12 if with_dx else 0)) * total + 32 * c,
+            keep_alive=[b for b in bound if b is not None],
+        )
+    ]
+
+
+def batchnorm_backward_frozen(
+    lib: KernelLibrary,
+    x: cl.Buffer | None,
+    dy: cl.Buffer,
+    gamma: cl.Buffer,
+    running_mean: cl.Buffer,
+    running_var: cl.Buffer,
+    dx: cl.Buffer | None,
+    dgamma: cl.Buffer | None,
+    dbeta: cl.Buffer | None,
+    *,
+    n: int,
+    c: int,
+    hw: int,
+    eps: float = 1e-5,
+    accumulate: bool = False,
+    defines: Defines | None = None,
+) -> list[Launch]:
+    """Gradients of the affine forward over the running statistics (``batchnorm_forward_eval``
+    used in training): ``dx = dy * gamma * invstd``, ``dbeta = sum(dy)``, ``dgamma = sum(dy *
+    xhat)``. ``x`` (the forward input) is needed only with ``dgamma``; any of ``dx``, ``dgamma``,
+    ``dbeta`` may be None. ``dx`` may alias ``dy``."""
+    _check_shape(n, c, hw)
+    if dgamma is not None and x is None:
+        raise ValueError("gamma's gradient needs the forward input x")
+    if dx is None and dgamma is None and dbeta is None:
+        return []
+    defines = _resolve(lib, defines)
+    group = defines["BN_GROUP"]
+    defines.update(
+        WITH_DX=int(dx is not None),
+        WITH_DGAMMA=int(dgamma is not None),
+        WITH_DBETA=int(dbeta is not None),
+    )
+    kernel = _group_kernel(lib, "batchnorm_backward_frozen", defines, group)
+    bound = [x, dy, gamma, running_mean, running_var, dx, dgamma, dbeta]
+    kernel.set_args(
+        *bound, as_int(n), as_int(c), as_int(hw), np.float32(eps), as_int(int(accumulate))
+    )
+    total = n * c * hw
+    reads = (4 if dgamma is not None or dbeta is not None else 0) + (4 if dgamma is not None else 0)
+    return [
+        Launch(
+            "batchnorm_backward_frozen",
+            kernel,
+            (c * group,),
+            (group,),
+            flops=(3 if dgamma is not None else 1) * total + (total if dx is not None else 0),
+            bytes_moved=(reads + (8 if dx is not None else 0)) * total + 32 * c,
             keep_alive=[b for b in bound if b is not None],
         )
     ]

@@ -1,5 +1,9 @@
 """Launches of the element-wise kernels: ReLU, ReLU6, residual add, accumulate, copy and fill.
 
+An activation whose output only its own backward reads can keep a byte mask instead
+(``activation_forward_mask`` / ``masked_backward``): 1 byte per element instead of 4, the saving
+TinyTL-style training (frozen weights) lives on.
+
 Each work-item maps one vector of ``EW_VW`` elements: 8 wide on CPUs (a SIMD register), 4 wide
 on GPUs (16-byte accesses with plenty of items in flight). ``defines`` overrides the width
 (``EW_VW``: 1, 2, 4, 8 or 16) and the work-group size (``EW_WG``).
@@ -99,6 +103,39 @@ def activation_backward(
     return _launch(
         lib, f"{kind}_backward", n, y, dy, dx, flops=n, nbytes=12 * n, defines=defines
     )
+
+
+def activation_forward_mask(
+    lib: KernelLibrary,
+    kind: str,
+    x: cl.Buffer,
+    y: cl.Buffer,
+    mask: cl.Buffer,
+    n: int,
+    *,
+    defines: Defines | None = None,
+) -> Launch:
+    """``y = act(x)`` and the uchar ``mask``, 0xFF where the slope is one (ReLU: ``x > 0``, ReLU6:
+    ``0 < x < 6``) and 0 elsewhere; ``x`` and ``y`` may be the same buffer, also an already
+    activated one."""
+    _check_kind(kind)
+    return _launch(
+        lib, f"{kind}_forward_mask", n, x, y, mask, flops=n, nbytes=9 * n, defines=defines
+    )
+
+
+def masked_backward(
+    lib: KernelLibrary,
+    mask: cl.Buffer,
+    dy: cl.Buffer,
+    dx: cl.Buffer,
+    n: int,
+    *,
+    defines: Defines | None = None,
+) -> Launch:
+    """``dx = dy`` where ``mask`` is set, else 0: the backward of either activation from its
+    mask; ``dx`` may alias ``dy``."""
+    return _launch(lib, "masked_backward", n, mask, dy, dx, flops=n, nbytes=9 * n, defines=defines)
 
 
 def add(

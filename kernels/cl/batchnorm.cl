@@ -305,3 +305,55 @@ void batchnorm_backward(__global const float* x, __global const float* dy,
     FOR_EACH_SLOT(INPUT_GRADIENT)
 #endif
 }
+
+// Backward of the affine forward with frozen (running) statistics, the TinyTL transfer case:
+// y = gamma * xhat + beta with xhat = (x - running_mean) * invstd, invstd = rsqrt(running_var + eps):
+//   dx = dy * gamma * invstd, dbeta = sum(dy), dgamma = sum(dy * xhat).
+// Only dgamma reads the forward input x (WITH_DGAMMA); without it x may be anything. dx may alias
+// dy: the sums are complete (group barriers) before any item writes, and each item then reads
+// only the elements it writes.
+__kernel __attribute__((reqd_work_group_size(BN_GROUP, 1, 1)))
+void batchnorm_backward_frozen(__global const float* x, __global const float* dy,
+                               __global const float* gamma,
+                               __global const float* running_mean,
+                               __global const float* running_var, __global float* dx,
+                               __global float* dgamma, __global float* dbeta,
+                               const int n, const int channels, const int hw, const float eps,
+                               const int accumulate) {
+    __local float scratch[BN_GROUP];
+    const int c = get_group_id(0);
+    const int lid = get_local_id(0);
+    const int total = n * hw * channels;
+    const int vectors = (hw + BN_VW - 1) / BN_VW;
+    const int whole_vectors = hw / BN_VW;
+    const float invstd = rsqrt(running_var[c] + eps);
+#if WITH_DGAMMA || WITH_DBETA
+    const float mean = running_mean[c];
+    VECF sum_dy_v = 0.0f;
+#if WITH_DGAMMA
+    VECF sum_dy_xc_v = 0.0f;
+#define ADD_FROZEN(at, valid)                                                   \
+    {                                                                           \
+        const VECF g = load_slot_exact(dy, at, valid);                          \
+        sum_dy_v += g;                                                          \
+        sum_dy_xc_v = mad(g, load_slot_exact(x, at, valid) - mean, sum_dy_xc_v); \
+    }
+#else
+#define ADD_FROZEN(at, valid) sum_dy_v += load_slot_exact(dy, at, valid);
+#endif
+    FOR_EACH_SLOT(ADD_FROZEN)
+    const float sum_dy = group_sum(HSUM(sum_dy_v), scratch);
+#if WITH_DGAMMA
+    const float sum_dy_xhat = group_sum(HSUM(sum_dy_xc_v), scratch) * invstd;
+    if (lid == 0) dgamma[c] = (accumulate ? dgamma[c] : 0.0f) + sum_dy_xhat;
+#endif
+#if WITH_DBETA
+    if (lid == 0) dbeta[c] = (accumulate ? dbeta[c] : 0.0f) + sum_dy;
+#endif
+#endif
+#if WITH_DX
+    const VECF scale = (VECF)(gamma[c] * invstd);
+#define SCALE_GRADIENT(at, valid) store_slot(dx, at, valid, load_slot_exact(dy, at, valid) * scale);
+    FOR_EACH_SLOT(SCALE_GRADIENT)
+#endif
+}

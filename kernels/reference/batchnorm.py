@@ -40,3 +40,12 @@ def batchnorm_backward(x, dy, gamma, mean, invstd):
         dy - dbeta[None, :, None] / count - xhat * dgamma[None, :, None] / count
     )
     return dx, dgamma, dbeta
+
+
+def batchnorm_backward_frozen(x, dy, gamma, running_mean, running_var, eps=1e-5):
+    """Returns ``(dx, dgamma, dbeta)`` of the affine forward over the running statistics."""
+    x, dy, gamma, running_mean, running_var = _f64(x, dy, gamma, running_mean, running_var)
+    invstd = 1.0 / np.sqrt(running_var + eps)
+    xhat = (x - running_mean[None, :, None]) * invstd[None, :, None]
+    dx = dy * (gamma * invstd)[None, :, None]
+    return dx, (dy * xhat).sum(axis=(0, 2)), dy.sum(axis=(0, 2))

@@ -149,6 +149,88 @@ def test_frozen_parameters_and_first_layer_skip_their_gradients(device, lib, buf
     ) == []
 
 
+def _backward_frozen(device, lib, bufs, x, dy, gamma, running_mean, running_var, *,
+                     with_dx=True, with_dgamma=True, with_dbeta=True, in_place=False,
+                     accumulate_from=None, defines=None):
+    """Runs the frozen-statistics backward; returns the gradients it was asked for."""
+    n, c, hw = x.shape
+    bdy = bufs.up(dy)
+    bdx = (bdy if in_place else bufs.empty(x.size)) if with_dx else None
+    start = accumulate_from
+    bdgamma = (bufs.up(start[0]) if start else bufs.empty(c)) if with_dgamma else None
+    bdbeta = (bufs.up(start[1]) if start else bufs.empty(c)) if with_dbeta else None
+    run(device.queue, batchnorm.batchnorm_backward_frozen(
+        lib, bufs.up(x) if with_dgamma else None, bdy, bufs.up(gamma), bufs.up(running_mean),
+        bufs.up(running_var), bdx, bdgamma, bdbeta, n=n, c=c, hw=hw,
+        accumulate=start is not None, defines=defines,
+    ))
+    return (
+        bufs.down(bdx, x.shape) if with_dx else None,
+        bufs.down(bdgamma, c) if with_dgamma else None,
+        bufs.down(bdbeta, c) if with_dbeta else None,
+    )
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_backward_with_frozen_statistics_matches_reference(device, lib, bufs, rng, accumulate):
+    for n, c, hw in [*_shapes(rng), (1, 3, 1)]:
+        x = rng.normal(1.0, 2.0, (n, c, hw)).astype(np.float32)
+        dy = rng.normal(size=(n, c, hw)).astype(np.float32)
+        gamma, _, running_mean, running_var = _params(rng, c)
+        start = (rng.normal(size=c), rng.normal(size=c)) if accumulate else None
+        got = _backward_frozen(device, lib, bufs, x, dy, gamma, running_mean, running_var,
+                               accumulate_from=start)
+        dx, dgamma, dbeta = ref.batchnorm_backward_frozen(x, dy, gamma, running_mean, running_var)
+        if accumulate:
+            dgamma = dgamma + start[0].astype(np.float32)
+            dbeta = dbeta + start[1].astype(np.float32)
+        assert_close(got[0], dx)
+        assert_close(got[1], dgamma)
+        assert_close(got[2], dbeta)
+
+
+def test_backward_with_frozen_statistics_matches_finite_differences(device, lib, bufs, rng):
+    n, c, hw = 3, 2, 5
+    x = rng.normal(0.5, 1.5, (n, c, hw))
+    gamma, beta, running_mean, running_var = (v.astype(np.float64) for v in _params(rng, c))
+    weights = rng.normal(size=x.shape)
+
+    def loss(x_, gamma_, beta_):
+        y = ref.batchnorm_forward_eval(x_, gamma_, beta_, running_mean, running_var)
+        return float(np.sum(y * weights))
+
+    got = _backward_frozen(device, lib, bufs, x, weights, gamma, running_mean, running_var)
+    x32, gamma32, beta32 = (v.astype(np.float32).astype(np.float64) for v in (x, gamma, beta))
+    assert_close(got[0], numeric_grad(lambda v: loss(v, gamma32, beta32), x32), rtol=2e-3)
+    assert_close(got[1], numeric_grad(lambda v: loss(x32, v, beta32), gamma32), rtol=2e-3)
+    assert_close(got[2], numeric_grad(lambda v: loss(x32, gamma32, v), beta32), rtol=2e-3)
+
+
+def test_frozen_statistics_backward_reads_x_only_for_gamma(device, lib, bufs, rng):
+    """Without gamma's gradient no input is bound at all; dx may overwrite dy; each gradient can
+    be left out on its own."""
+    n, c, hw = 4, 5, 9
+    x = rng.normal(size=(n, c, hw)).astype(np.float32)
+    dy = rng.normal(size=(n, c, hw)).astype(np.float32)
+    gamma, _, running_mean, running_var = _params(rng, c)
+    dx, dgamma, dbeta = ref.batchnorm_backward_frozen(x, dy, gamma, running_mean, running_var)
+    args = (device, lib, bufs, x, dy, gamma, running_mean, running_var)
+    got = _backward_frozen(*args, with_dgamma=False, in_place=True)
+    assert got[1] is None
+    assert_close(got[0], dx)
+    assert_close(got[2], dbeta)
+    got = _backward_frozen(*args, with_dx=False, with_dbeta=False)
+    assert_close(got[1], dgamma)
+    got = _backward_frozen(*args, with_dgamma=False, with_dbeta=False)
+    assert_close(got[0], dx)
+    b = bufs.empty(c)
+    with pytest.raises(ValueError, match="forward input"):
+        batchnorm.batchnorm_backward_frozen(lib, None, b, b, b, b, None, b, None, n=n, c=c, hw=hw)
+    assert batchnorm.batchnorm_backward_frozen(
+        lib, None, b, b, b, b, None, None, None, n=n, c=c, hw=hw
+    ) == []
+
+
 def test_a_single_value_per_channel_cannot_train(lib, bufs):
     b = bufs.empty(4)
     with pytest.raises(ValueError, match="more than one value per channel"):
@@ -204,6 +286,12 @@ def test_group_shapes_and_vector_widths_give_the_same_results(device, lib, bufs,
         ))  # in place
         expected = ref.batchnorm_forward_eval(x, gamma, beta, running_mean, running_var)
         assert_close(bufs.down(bx, x.shape), expected)
+        for in_place in (False, True):
+            got = _backward_frozen(device, lib, bufs, x, dy, gamma, running_mean, running_var,
+                                   in_place=in_place, defines=defines)
+            want = ref.batchnorm_backward_frozen(x, dy, gamma, running_mean, running_var)
+            for got_one, want_one in zip(got, want, strict=True):
+                assert_close(got_one, want_one)
 
 
 def test_statistics_stay_accurate_far_from_zero(device, lib, bufs, rng):
