@@ -133,6 +133,9 @@ class RunConfig:
             check_devices(self.devices)
         if self.over_selection < 0 or self.round_deadline_s < 0:
             raise ValueError("over-selection and round-deadline-s must be >= 0")
+        if not self.devices.strip() and (self.over_selection or self.round_deadline_s):
+            raise ValueError("over-selection and round-deadline-s order clients by simulated "
+                             "time: set devices (mix or a profile name) too")
         if self.uplink_mbps <= 0:
             raise ValueError("uplink-mbps must be positive")
 

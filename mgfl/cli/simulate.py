@@ -14,6 +14,7 @@ from rich.table import Table
 
 from mgfl.cli import app
 from mgfl.cli.errors import user_errors
+from mgfl.device_profiles import PROFILES
 
 console = Console()
 DEFAULT_OUTPUT = Path("mgfl-run")
@@ -130,9 +131,9 @@ def simulate(
     device: str = typer.Option(None, help="OpenCL device of clients and server evaluation."),
     devices: str = typer.Option(
         None, "--devices", help="Simulate phones: 'mix' gives each client one of the profiled "
-        "phone GPUs (seeded), a profile name (e.g. adreno-650, mali-g78) gives it to all. "
+        "phone GPUs (seeded), a profile name gives it to all (" + ", ".join(PROFILES) + "). "
         "Each client's app memory budget then drives its batch, and its predicted training "
-        "plus uplink time gives a simulated round time (see `mgfl doctor`, docs/deploy.md)."),
+        "plus uplink time gives a simulated round time (docs/deploy.md)."),
     over_selection: float = typer.Option(
         None, "--over-selection", min=0.0, help="With --devices: sample this share more clients "
         "than a round needs (0.3 = 30% more) and aggregate only the first to finish."),

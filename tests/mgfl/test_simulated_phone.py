@@ -37,7 +37,13 @@ def test_an_unknown_profile_is_refused_with_the_names():
                                         ("uplink-mbps", 0.0)])
 def test_fleet_numbers_out_of_range_are_refused(key, value):
     with pytest.raises(ValueError, match=key):
-        RunConfig.from_mapping({key: value})
+        RunConfig.from_mapping({"devices": "mix", key: value})
+
+
+@pytest.mark.parametrize("key", ["over-selection", "round-deadline-s"])
+def test_over_selection_and_deadline_need_simulated_devices(key):
+    with pytest.raises(ValueError, match="set devices"):
+        RunConfig.from_mapping({key: 0.5})
 
 
 def test_profile_indices_round_trip():

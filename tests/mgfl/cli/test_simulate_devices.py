@@ -80,3 +80,18 @@ def test_over_selection_and_a_tight_deadline_leave_stragglers(device, tmp_path):
     assert history["simulated_wall_clock_s"] == pytest.approx(2 * deadline)
     assert history["final_accuracy"] > history["initial_accuracy"]
     assert (out / "rounds.png").stat().st_size > 0
+
+
+def test_an_unknown_phone_is_refused_with_the_known_ones(tmp_path):
+    result = CliRunner().invoke(cli_app, ["simulate", "--devices", "adreno-999",
+                                          "--output-dir", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "adreno-999" in result.output and "mix" in result.output
+    assert "mali-g78" in result.output and "adreno-650" in result.output
+
+
+def test_help_names_the_fleet_options():
+    result = CliRunner().invoke(cli_app, ["simulate", "--help"])
+    assert result.exit_code == 0
+    for option in ("--devices", "--over-selection", "--round-deadline-s", "--uplink-mbps"):
+        assert option in result.output
