@@ -7,6 +7,12 @@ from __future__ import annotations
 import numpy as np
 
 from mgfl.bench.report import BenchRow, median_wall_seconds
+from mgfl.bench.tinygrad_reference import (
+    TinygradBudgetExceeded,
+    TinygradFailed,
+    measure_in_child,
+    tinygrad_or_none,
+)
 from mgfl.bench.torch_reference import build_torch_model, torch_device, torch_or_none
 
 # (name, batch, build options): the paper MLP, LeNet-5, DS-CNN and MobileNetV2-0.35.
@@ -18,6 +24,11 @@ MODELS = (
 )
 QUICK_MODELS = (("mlp", 8, {}),)
 LR, MOMENTUM = 0.01, 0.9
+# Seconds tinygrad may take per model (importing, compiling its kernels, warm-up and timing):
+# a compilation cannot be interrupted, so the measurement runs in a child process that is ended.
+TINYGRAD_BUDGET_S = 600.0
+# The first step's loss of a reference must equal mgfl's within this, or its row is left out.
+FIRST_LOSS_TOLERANCE = 1e-3
 
 
 def _batch(model, batch: int, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -26,7 +37,9 @@ def _batch(model, batch: int, rng) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def ours_step_seconds(device, model, batch: int, state, x, y, repeats: int) -> float:
+def ours_step_seconds(device, model, batch: int, state, x, y,
+                      repeats: int) -> tuple[float, float]:
+    """(median step seconds, the first step's loss) of mgfl's engine."""
     from client_runtime.graph import OptimizerConfig
     from client_runtime.step import CompiledStep
 
@@ -37,7 +50,9 @@ def ours_step_seconds(device, model, batch: int, state, x, y, repeats: int) -> f
         step.train_step(x, y)
         device.queue.finish()
 
-    return median_wall_seconds(one, repeats, warmup=3)
+    one()
+    first_loss = step.read_train_stats()["loss"]
+    return median_wall_seconds(one, repeats, warmup=2), first_loss
 
 
 def torch_step_seconds(torch, model, state, x, y, repeats: int) -> tuple[float, str]:
@@ -57,32 +72,55 @@ def torch_step_seconds(torch, model, state, x, y, repeats: int) -> tuple[float, 
     return median_wall_seconds(one, repeats, warmup=3), where
 
 
-def run(device, repeats: int = 10, quick: bool = False) -> tuple[list[BenchRow], list[str]]:
-    """Rows, and notes on references that were not available."""
+def tinygrad_row(device, model, case: str, state, x, y, repeats: int, ours: float,
+                 ours_first_loss: float, budget_s: float) -> tuple[BenchRow | None, str | None]:
+    """tinygrad's row on mgfl's OpenCL device, or None and a note saying why there is none
+    (budget exceeded, failure, or a first loss that differs from mgfl's)."""
+    try:
+        timing = measure_in_child(device.info, model, state, x, y, repeats, LR, MOMENTUM,
+                                  budget_s)
+    except TinygradBudgetExceeded as err:
+        return None, f"{case}: no tinygrad row: {err}"
+    except TinygradFailed as err:
+        return None, f"{case}: no tinygrad row: {err}"
+    difference = abs(timing.first_loss - ours_first_loss)
+    if not difference <= FIRST_LOSS_TOLERANCE:
+        return None, (f"{case}: no tinygrad row: its first loss {timing.first_loss:.6f} differs "
+                      f"from mgfl's {ours_first_loss:.6f} by more than {FIRST_LOSS_TOLERANCE}")
+    name = device.info.name
+    extra = {"device": timing.device, "first_loss_diff": difference,
+             "tinygrad_warmup_s": timing.warmup_s}
+    return BenchRow("step", case, ours, f"tinygrad {name}", timing.step_s, extra=extra), None
+
+
+def run(device, repeats: int = 10, quick: bool = False, with_tinygrad: bool = True,
+        tinygrad_budget_s: float = TINYGRAD_BUDGET_S) -> tuple[list[BenchRow], list[str]]:
+    """Rows, and notes on references that were not available or were left out."""
     from mgfl.models import build_model
 
     torch = torch_or_none()
     notes = []
     if torch is None:
         notes.append("PyTorch is not installed (pip install 'mgfl[bench]'): no torch rows")
-    try:
-        import tinygrad  # noqa: F401
-
-        notes.append("tinygrad is installed but its training step is not measured by this "
-                     "suite; compare with the engine notes' figures")
-    except ImportError:
-        notes.append("tinygrad is not installed: no tinygrad rows")
+    tinygrad = tinygrad_or_none() if with_tinygrad else None
+    if with_tinygrad and tinygrad is None:
+        notes.append("tinygrad is not installed (pip install 'mgfl[bench]'): no tinygrad rows")
     rows = []
     rng = np.random.default_rng(0)
     for name, batch, options in (QUICK_MODELS if quick else MODELS):
         model = build_model(name, **options)
         state = model.init_state(0)
         x, y = _batch(model, batch, rng)
-        ours = ours_step_seconds(device, model, batch, state, x, y, repeats)
+        ours, first_loss = ours_step_seconds(device, model, batch, state, x, y, repeats)
         case = f"{name} batch {batch}"
         if torch is not None:
             ref, where = torch_step_seconds(torch, model, state, x, y, repeats)
             rows.append(BenchRow("step", case, ours, f"torch {where} eager", ref))
         else:
             rows.append(BenchRow("step", case, ours, "none", None))
+        if tinygrad is not None:
+            row, note = tinygrad_row(device, model, case, state, x, y, repeats, ours,
+                                     first_loss, tinygrad_budget_s)
+            rows += [row] if row else []
+            notes += [note] if note else []
     return rows, notes

@@ -24,10 +24,16 @@ def bench(
     json_path: Path = typer.Option(None, "--json", help="Write the rows to this JSON file."),
     repeats: int = typer.Option(10, min=1, help="Timed repetitions per case (medians)."),
     quick: bool = typer.Option(False, help="Tiny cases only (a smoke test of the machinery)."),
+    tinygrad_budget: float = typer.Option(
+        600.0, min=1.0,
+        help="Seconds tinygrad may take per model in the step suite (its kernels compile on first "
+        "use); a model over budget gets a note instead of a row.",
+    ),
 ) -> None:
     """Time GEMMs, training steps and the seed paper's experiment with mgfl and with NumPy,
-    PyTorch (CPU or CUDA) where installed, in one process on the same inputs, warm-up excluded,
-    medians of repeats. ratio = reference time / mgfl time (above 1: mgfl is faster)."""
+    PyTorch (CPU or CUDA) and tinygrad (same OpenCL device, in a child process) where installed,
+    on the same inputs, warm-up excluded, medians of repeats.
+    ratio = reference time / mgfl time (above 1: mgfl is faster)."""
     from client_runtime.device import Device
     from mgfl.bench import gemm, paper, step
     from mgfl.bench.report import print_table, write_json
@@ -43,7 +49,8 @@ def bench(
             if name == "gemm":
                 rows += gemm.run(dev, repeats, quick)
             elif name == "step":
-                found, missing = step.run(dev, repeats, quick)
+                found, missing = step.run(dev, repeats, quick,
+                                          tinygrad_budget_s=tinygrad_budget)
                 rows += found
                 notes += missing
             else:
