@@ -3,6 +3,13 @@
 Frozen parameters get no gradient kernels and no optimizer state, and activations that only their
 weight gradients would read are not kept (the planner sees no reader), which is where the memory
 saving of transfer learning comes from (TinyTL trains biases only).
+
+The two TinyTL policies freeze every weight. Their BatchNorms then keep their running statistics
+(``mgfl.models.frozen_statistics``) and act as affine maps, and ReLU/ReLU6 keep a byte mask
+instead of their output, so almost no activation is stored:
+- ``bias``: biases and BatchNorm shifts (beta). Nothing but masks is kept for backward.
+- ``bias+norm``: also BatchNorm scales (gamma), whose gradient reads each BatchNorm's input, kept
+  in float32: more trainable parameters for about the memory of full training's activations.
 """
 
 from __future__ import annotations
@@ -12,7 +19,10 @@ import fnmatch
 from mgfl.models import layers as L
 from mgfl.models.model import Model
 
-POLICIES = "all | head | last:K | bias | NAME[,NAME...] (shell-style patterns allowed)"
+POLICIES = (
+    "all | head | last:K | bias (biases and BatchNorm shifts) | bias+norm (biases and all "
+    "BatchNorm parameters) | NAME[,NAME...] (shell-style patterns allowed)"
+)
 _WEIGHT_LAYERS = (L.Linear, L.Conv2d, L.DepthwiseConv2d)
 
 
@@ -44,11 +54,14 @@ def resolve_trainable(model: Model, policy: str | None) -> set[str]:
         if not count.isdigit() or int(count) < 1:
             raise ValueError(f"last:K needs a positive K, got {policy!r}")
         return {n for group in groups[-int(count) :] for n in group}
-    if policy == "bias":
+    if policy in ("bias", "bias+norm"):
+        biases = {n for n in names if n.endswith(".bias")}  # BatchNorm's shift is its bias
+        if policy == "bias":
+            return biases
         bn_params = {
             n for rl in model.resolve() if isinstance(rl.layer, L.BatchNorm) for n in rl.params
         }
-        return {n for n in names if n.endswith(".bias")} | bn_params
+        return biases | bn_params
     chosen: set[str] = set()
     for pattern in (p.strip() for p in policy.split(",") if p.strip()):
         matched = fnmatch.filter(names, pattern)

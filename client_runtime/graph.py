@@ -7,6 +7,11 @@ what the compiled step binds (launches), so the peak memory of a step is known b
 Conventions:
 - A layer's forward output is a new tensor, except Flatten (same memory, new shape) and Dropout in
   evaluation (identity). ReLU/ReLU6 right after Linear or a convolution is fused into its forward.
+- A ReLU/ReLU6 whose output no backward but its own reads (the next weight is frozen) keeps a bit
+  mask for that backward instead of its float output.
+- A BatchNorm with frozen statistics (``mgfl.models.frozen_statistics``: under ``bias``) trains as
+  the affine map of evaluation; its backward reads its input only for gamma's gradient, and
+  without it the BatchNorm runs in place over the output of the weight layer before it.
 - Backward walks the layers in reverse and stops at the earliest trainable layer: no input gradient
   is computed for a layer that has nothing trainable before it.
 - A parameter's optimizer update is emitted right after the backward of its layer (after the input
@@ -39,6 +44,7 @@ from kernels import (
 from kernels.conv_shape import ConvShape
 from kernels.launch import Launch
 from mgfl.models import layers as L
+from mgfl.models.frozen_statistics import frozen_statistics_layers
 from mgfl.models.model import Model, ResolvedLayer
 
 Views = dict  # tensor name -> cl.Buffer (a sub-buffer of the arena)
@@ -137,6 +143,7 @@ class StepGraph:
 
 
 _ACT = {L.ReLU: "relu", L.ReLU6: "relu6"}
+_WEIGHT_LAYERS = (L.Linear, L.Conv2d, L.DepthwiseConv2d)
 
 
 def _fusable(layer: L.Layer) -> bool:
@@ -176,6 +183,13 @@ class _Builder:
         self.tensors: dict[str, Tensor] = {}
         self.ops: list[Op] = []
         self.resolved = model.resolve()
+        self.frozen_statistics = frozen_statistics_layers(model, trainable)
+        # trainable_before[i]: does any layer before resolved layer i train (backward reaches i)?
+        self.trainable_before: list[bool] = []
+        seen = False
+        for rl in self.resolved:
+            self.trainable_before.append(seen)
+            seen = seen or any(p in trainable for p in rl.params)
 
     # -- tensors ---------------------------------------------------------------------------
     def tensor(
@@ -278,17 +292,83 @@ class _Builder:
                 cur_shape = rl.output_shape
                 i += 1
                 continue
-            in_place = type(layer) in _ACT and _follows_batchnorm(records)
-            if in_place:  # BatchNorm's backward reads its input, so its output can be overwritten
+            in_place = (type(layer) in _ACT and _follows_batchnorm(records)) or (
+                training and self._affine_in_place(rl, records)
+            )
+            if in_place:  # the backward before it does not read this input
                 y = current
             else:
                 y = self.tensor(f"{prefix}{rl.path}:y", (self.n, *out_shape))
-            self._emit_forward(prefix, rl, current, y, act, training, recompute)
-            rec.update(kind="layer", y=y, y_shape=out_shape)
+            act_index = i + 1 if act else i
+            mask = None
+            if (act or type(layer) in _ACT) and training and self._mask_suffices(act_index):
+                bits = elementwise.mask_bytes(self.n * prod(out_shape))
+                name = f"{prefix}{layers[act_index].path}:mask"
+                mask = self.tensor(name, (bits,), dtype=np.uint8)
+            if mask and act:  # the layer without its activation, then the masked one in place
+                self._emit_forward(prefix, rl, current, y, None, training, recompute)
+                self._emit_masked_activation(f"{prefix}{rl.path}", act, y, y, mask, recompute)
+            elif mask:
+                self._emit_masked_activation(
+                    f"{prefix}{rl.path}", _ACT[type(layer)], current, y, mask, recompute
+                )
+            else:
+                self._emit_forward(prefix, rl, current, y, act, training, recompute)
+            rec.update(kind="layer", y=y, y_shape=out_shape, mask=mask)
             records.append(rec)
             current, cur_shape = y, out_shape
             i += 2 if act else 1
         return records, current
+
+    def _mask_suffices(self, index: int) -> bool:
+        """Can the activation at resolved ``index`` keep a byte mask instead of its output: its
+        backward runs, and the backward of what consumes its output does not read it?"""
+        if not self.trainable_before[index]:
+            return False  # backward stops before it: neither output nor mask is kept
+        k, passed = index + 1, (L.Residual, L.Flatten)
+        while k < len(self.resolved) and isinstance(self.resolved[k].layer, passed):
+            k += 1  # a residual's skip is read by the forward add only
+        if k == len(self.resolved):
+            return True
+        consumer = self.resolved[k]
+        layer = consumer.layer
+        if isinstance(layer, _WEIGHT_LAYERS):
+            return f"{consumer.path}.weight" not in self.trainable
+        if isinstance(layer, L.BatchNorm):
+            return (
+                consumer.path in self.frozen_statistics
+                and f"{consumer.path}.weight" not in self.trainable
+            )
+        return isinstance(
+            layer, (L.AvgPool2d, L.GlobalAvgPool, L.Dropout, L.ResidualEnd, L.ReLU, L.ReLU6)
+        )
+
+    def _affine_in_place(self, rl: ResolvedLayer, records: list[dict]) -> bool:
+        """A BatchNorm with frozen statistics and a frozen scale reads nothing in its backward;
+        it can overwrite its input when that is the output of a weight layer, which no backward
+        reads."""
+        if not isinstance(rl.layer, L.BatchNorm) or rl.path not in self.frozen_statistics:
+            return False
+        if f"{rl.path}.weight" in self.trainable or not records:
+            return False
+        prev = records[-1]
+        return (
+            prev["kind"] == "layer"
+            and isinstance(prev["rl"].layer, _WEIGHT_LAYERS)
+            and not prev["act"]
+        )
+
+    def _emit_masked_activation(self, name, kind, x, y, mask, recompute) -> None:
+        count = int(np.prod(self.tensors[y].shape))
+        self.op(
+            f"{name}.{kind}_mask",
+            "recompute" if recompute else "forward",
+            (x,),
+            (y, mask),
+            lambda lib, v: [
+                elementwise.activation_forward_mask(lib, kind, v[x], v[y], v[mask], count)
+            ],
+        )
 
     def segments(self, count: int) -> list[tuple[int, int]]:
         """Record ranges ``[lo, hi)`` of about equal length that start and end outside residual
@@ -377,7 +457,7 @@ class _Builder:
         elif isinstance(layer, L.BatchNorm):
             c, hw = rl.input_shape[0], prod(rl.input_shape[1:])
             rm, rv = f"{path}.running_mean", f"{path}.running_var"
-            if training:
+            if training and path not in self.frozen_statistics:
                 mean = self.tensor(f"{name}:mean", (c,), WORKSPACE)
                 invstd = self.tensor(f"{name}:invstd", (c,), WORKSPACE)
                 self.op(
@@ -616,18 +696,30 @@ class _Builder:
         train_w = w in self.trainable
         train_b = b in self.trainable
         dx = self.tensor(f"{x}:grad", (n, *rec["x_shape"])) if input_grad else None
+        mask = rec.get("mask")
         if act:  # fused activation: undo it on the output before the layer's own backward
             dpre = self.tensor(f"{y}:pregrad", (n, *rec["y_shape"]))
             count = n * prod(rec["y_shape"])
-            self.op(
-                f"{path}.{act}_backward",
-                "backward",
-                (y, dy),
-                (dpre,),
-                lambda lib, v, a=act, g=dy: [
-                    elementwise.activation_backward(lib, a, v[y], v[g], v[dpre], count)
-                ],
-            )
+            if mask:
+                self.op(
+                    f"{path}.{act}_backward",
+                    "backward",
+                    (mask, dy),
+                    (dpre,),
+                    lambda lib, v, g=dy: [
+                        elementwise.masked_backward(lib, v[mask], v[g], v[dpre], count)
+                    ],
+                )
+            else:
+                self.op(
+                    f"{path}.{act}_backward",
+                    "backward",
+                    (y, dy),
+                    (dpre,),
+                    lambda lib, v, a=act, g=dy: [
+                        elementwise.activation_backward(lib, a, v[y], v[g], v[dpre], count)
+                    ],
+                )
             dy = dpre
         gw = self._grad_target(w) if train_w else None
         gb = self._grad_target(b) if train_b else None
@@ -723,6 +815,32 @@ class _Builder:
                     (dx,),
                     lambda lib, v: mod_x(lib, v[dy], v[w], v[dx], shape=shape),
                 )
+        elif isinstance(layer, L.BatchNorm) and path in self.frozen_statistics:
+            c, hw = rl.input_shape[0], prod(rl.input_shape[1:])
+            rm, rv = f"{path}.running_mean", f"{path}.running_var"
+            if gw or gb or dx:
+                self.op(
+                    f"{path}.backward",
+                    "backward",
+                    (x if gw else None, dy, w, rm, rv),
+                    tuple(t for t in (dx, gw, gb) if t),
+                    lambda lib, v: batchnorm.batchnorm_backward_frozen(
+                        lib,
+                        v[x] if gw else None,
+                        v[dy],
+                        v[w],
+                        v[rm],
+                        v[rv],
+                        v[dx] if dx else None,
+                        v[gw] if gw else None,
+                        v[gb] if gb else None,
+                        n=n,
+                        c=c,
+                        hw=hw,
+                        eps=layer.eps,
+                        accumulate=acc,
+                    ),
+                )
         elif isinstance(layer, L.BatchNorm):
             c, hw = rl.input_shape[0], prod(rl.input_shape[1:])
             mean, invstd = f"{rec['prefix']}{path}:mean", f"{rec['prefix']}{path}:invstd"
@@ -749,6 +867,15 @@ class _Builder:
                         input_grad=dx is not None,
                     ),
                 )
+        elif type(layer) in _ACT and dx and mask:
+            count = n * prod(rl.input_shape)
+            self.op(
+                f"{path}.backward",
+                "backward",
+                (mask, dy),
+                (dx,),
+                lambda lib, v: [elementwise.masked_backward(lib, v[mask], v[dy], v[dx], count)],
+            )
         elif type(layer) in _ACT and dx:
             kind, count = _ACT[type(layer)], n * prod(rl.input_shape)
             self.op(

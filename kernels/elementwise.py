@@ -1,8 +1,8 @@
 """Launches of the element-wise kernels: ReLU, ReLU6, residual add, accumulate, copy and fill.
 
-An activation whose output only its own backward reads can keep a byte mask instead
-(``activation_forward_mask`` / ``masked_backward``): 1 byte per element instead of 4, the saving
-TinyTL-style training (frozen weights) lives on.
+An activation whose output only its own backward reads can keep a bit mask instead
+(``activation_forward_mask`` / ``masked_backward``): 1 bit per element instead of 32, the saving
+TinyTL-style training (frozen weights) lives on. Their items map the 8 elements of a mask byte.
 
 Each work-item maps one vector of ``EW_VW`` elements: 8 wide on CPUs (a SIMD register), 4 wide
 on GPUs (16-byte accesses with plenty of items in flight). ``defines`` overrides the width
@@ -105,6 +105,24 @@ def activation_backward(
     )
 
 
+def mask_bytes(n: int) -> int:
+    """Bytes of the bit mask of ``n`` elements."""
+    return -(-n // 8)
+
+
+def _bits_launch(
+    lib: KernelLibrary, kernel_name: str, n: int, *args, nbytes: int, defines: Defines | None
+) -> Launch:
+    """One item per mask byte (8 elements), in groups of ``EW_WG``."""
+    width, group = _resolve(lib, defines)
+    kernel = lib.kernel("elementwise", kernel_name, {"EW_VW": width})
+    kernel.set_args(*args, as_int(n))
+    return Launch(
+        kernel_name, kernel, (round_up(mask_bytes(n), group),), (group,), n, nbytes,
+        keep_alive=[a for a in args if isinstance(a, cl.MemoryObject)],
+    )
+
+
 def activation_forward_mask(
     lib: KernelLibrary,
     kind: str,
@@ -115,12 +133,12 @@ def activation_forward_mask(
     *,
     defines: Defines | None = None,
 ) -> Launch:
-    """``y = act(x)`` and the uchar ``mask``, 0xFF where the slope is one (ReLU: ``x > 0``, ReLU6:
-    ``0 < x < 6``) and 0 elsewhere; ``x`` and ``y`` may be the same buffer, also an already
-    activated one."""
+    """``y = act(x)`` and the bit ``mask`` (``mask_bytes(n)`` bytes; bit j of byte k is element
+    8k + j) of where the slope is one: ReLU ``x > 0``, ReLU6 ``0 < x < 6``. ``x`` and ``y`` may
+    be the same buffer, also an already activated one."""
     _check_kind(kind)
-    return _launch(
-        lib, f"{kind}_forward_mask", n, x, y, mask, flops=n, nbytes=9 * n, defines=defines
+    return _bits_launch(
+        lib, f"{kind}_forward_mask", n, x, y, mask, nbytes=8 * n + mask_bytes(n), defines=defines
     )
 
 
@@ -133,9 +151,11 @@ def masked_backward(
     *,
     defines: Defines | None = None,
 ) -> Launch:
-    """``dx = dy`` where ``mask`` is set, else 0: the backward of either activation from its
-    mask; ``dx`` may alias ``dy``."""
-    return _launch(lib, "masked_backward", n, mask, dy, dx, flops=n, nbytes=9 * n, defines=defines)
+    """``dx = dy`` where the element's ``mask`` bit is set, else 0: the backward of either
+    activation from its mask; ``dx`` may alias ``dy``."""
+    return _bits_launch(
+        lib, "masked_backward", n, mask, dy, dx, nbytes=8 * n + mask_bytes(n), defines=defines
+    )
 
 
 def add(

@@ -1,7 +1,7 @@
 // Element-wise activations and the residual add, forward and backward.
 // Backward kernels read the forward output y, so the forward may run in place. Where only the
-// activation's own backward needs that output, the forward can instead leave a byte mask of where
-// its slope is one (ReLU: 0 < x; ReLU6: 0 < x < 6), a quarter of the float output's bytes.
+// activation's own backward needs that output, the forward can instead leave a bit mask of where
+// its slope is one (ReLU: 0 < x; ReLU6: 0 < x < 6), 1/32 of the float output's bytes.
 //
 // Each work-item maps EW_VW consecutive elements with one vector load and store (SIMD on a CPU,
 // 16-byte accesses on a GPU); the work-item that holds the end of a tensor whose size is not a
@@ -28,21 +28,6 @@ typedef float float1;
 #error "EW_VW must be 1, 2, 4, 8 or 16"
 #endif
 #define VECF EW_XCAT(float, EW_VW)
-#if EW_VW == 1
-typedef uchar uchar1;
-typedef int int1;
-#define TO_MASK(v) ((v) ? (uchar)0xFF : (uchar)0) /* a scalar comparison gives 1 */
-#define TO_KEEP(v) convert_int(v)
-#define MLOAD(p) (*(p))
-#define MSTORE(v, p) (*(p) = (v))
-#else
-#define MLOAD(p) EW_XCAT(vload, EW_VW)(0, p)
-#define MSTORE(v, p) EW_XCAT(vstore, EW_VW)(v, 0, p)
-#define TO_MASK(v) EW_XCAT(convert_uchar, EW_VW)(v)
-#define TO_KEEP(v) EW_XCAT(convert_int, EW_VW)(v)
-#endif
-#define VECU EW_XCAT(uchar, EW_VW)
-#define VECI EW_XCAT(int, EW_VW)
 
 // out[i] = EXPR for i < n, where EXPR reads a[i] (and b[i]) as `a` (and `b`): a vector of EW_VW
 // elements, or a single float in the tail, with `zero` of the same type. The expressions are
@@ -85,38 +70,49 @@ MAP1(relu6_forward, fmin(fmax(a, 0.0f), 6.0f))
 MAP2(relu_backward, select(zero, b, a > 0.0f))
 MAP2(relu6_backward, select(zero, b, a > 0.0f && a < 6.0f))
 
-// y = act(x) and mask = 0xFF where act's slope is one, else 0 (OpenCL's vector "true" in a byte);
-// x and y may be the same buffer (the mask of an output that an earlier kernel already activated
-// is the same: act(y) = y).
+// y = act(x) and a bit mask of where act's slope is one: bit j of mask byte k is element 8k + j.
+// Each work-item maps the 8 elements of one mask byte, whatever EW_VW is; x and y may be the same
+// buffer (the mask of an output that an earlier kernel already activated is the same: act(y) = y).
+// The mask byte is built lane by lane from scalar loads (oclgrind's --uninitialized check cannot
+// follow a vector comparison packed into bits), before y is written: x may be y.
 #define MASKED_FORWARD(name, EXPR, SLOPE)                                                 \
     __kernel void name(__global const float* x, __global float* y, __global uchar* mask,   \
                        const int n) {                                                     \
-        const int i = get_global_id(0) * EW_VW;                                           \
-        if (i + EW_VW <= n) {                                                             \
-            const VECF a = VLOAD(x + i);                                                  \
-            VSTORE(EXPR, y + i);                                                          \
-            MSTORE(TO_MASK(SLOPE), mask + i); /* a vector comparison gives -1 per lane */  \
+        const int k = get_global_id(0);                                                   \
+        const int i = k * 8;                                                              \
+        if (i >= n) return;                                                               \
+        const int count = min(8, n - i);                                                  \
+        uchar bits = 0;                                                                   \
+        for (int j = 0; j < count; ++j) {                                                 \
+            const float a = x[i + j];                                                     \
+            bits |= (SLOPE) ? (uchar)(1 << j) : (uchar)0;                                 \
+        }                                                                                 \
+        if (count == 8) {                                                                 \
+            const float8 a = vload8(0, x + i);                                            \
+            vstore8(EXPR, 0, y + i);                                                      \
         } else {                                                                          \
             for (int j = i; j < n; ++j) {                                                 \
                 const float a = x[j];                                                     \
                 y[j] = EXPR;                                                              \
-                mask[j] = (SLOPE) ? 0xFF : 0;                                             \
             }                                                                             \
         }                                                                                 \
+        mask[k] = bits;                                                                   \
     }
 
 MASKED_FORWARD(relu_forward_mask, fmax(a, 0.0f), a > 0.0f)
 MASKED_FORWARD(relu6_forward_mask, fmin(fmax(a, 0.0f), 6.0f), a > 0.0f && a < 6.0f)
 
-// dx = dy where the mask is set, else 0 (either activation); dx may alias dy.
+// dx = dy where the element's mask bit is set, else 0 (either activation); dx may alias dy.
 __kernel void masked_backward(__global const uchar* mask, __global const float* dy,
                               __global float* dx, const int n) {
-    const int i = get_global_id(0) * EW_VW;
-    if (i + EW_VW <= n) {
-        const VECI keep = TO_KEEP(MLOAD(mask + i));
-        VSTORE(select((VECF)(0.0f), VLOAD(dy + i), keep != 0), dx + i);
-    } else {
-        for (int j = i; j < n; ++j) dx[j] = mask[j] ? dy[j] : 0.0f;
+    const int k = get_global_id(0);
+    const int i = k * 8;
+    if (i + 8 <= n) {
+        const int8 keep = ((int8)(mask[k]) & (int8)(1, 2, 4, 8, 16, 32, 64, 128)) != 0;
+        vstore8(select((float8)(0.0f), vload8(0, dy + i), keep), 0, dx + i);
+    } else if (i < n) {
+        const uchar bits = mask[k];
+        for (int j = i; j < n; ++j) dx[j] = (bits >> (j - i)) & 1 ? dy[j] : 0.0f;
     }
 }
 

@@ -18,12 +18,14 @@ def activation_backward(kind: str, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
 
 
 def activation_mask(kind: str, x: np.ndarray) -> np.ndarray:
-    """uint8 mask, 0xFF where the activation's slope is one, else 0 (the same from the input or
-    the output)."""
-    x = np.asarray(x, np.float64)
+    """Bit mask of where the activation's slope is one (the same from its input or its output):
+    bit j of byte k is element 8k + j."""
+    x = np.asarray(x, np.float64).reshape(-1)
     mask = (x > 0) & (x < 6) if kind == "relu6" else x > 0
-    return np.where(mask, 0xFF, 0).astype(np.uint8)
+    return np.packbits(mask, bitorder="little")
 
 
 def masked_backward(mask: np.ndarray, dy: np.ndarray) -> np.ndarray:
-    return np.where(np.asarray(mask) != 0, np.asarray(dy, np.float64), 0.0)
+    dy = np.asarray(dy, np.float64)
+    keep = np.unpackbits(np.asarray(mask, np.uint8), count=dy.size, bitorder="little")
+    return np.where(keep.reshape(dy.shape) != 0, dy, 0.0)

@@ -54,9 +54,16 @@ def dropout_keep(shape: tuple[int, ...], p: float, path: str, step: int) -> np.n
 
 
 def forward(
-    entry: ResolvedLayer, x: np.ndarray, state: State, training: bool, step: int
+    entry: ResolvedLayer,
+    x: np.ndarray,
+    state: State,
+    training: bool,
+    step: int,
+    frozen_statistics: bool = False,
 ) -> tuple[np.ndarray, Tape]:
-    """Output of ``entry`` on batch ``x``; ``training`` selects batch statistics and dropout."""
+    """Output of ``entry`` on batch ``x``; ``training`` selects batch statistics and dropout.
+    A BatchNorm with ``frozen_statistics`` normalises with its running statistics in training
+    too (``mgfl.models.frozen_statistics``)."""
     layer, tape = entry.layer, Tape(x.shape)
     weight = state.get(f"{entry.path}.weight")
     bias = state.get(f"{entry.path}.bias")
@@ -70,8 +77,10 @@ def forward(
         y, tape.saved = ops.depthwise_forward(x, weight, bias, layer.stride, layer.padding)
         return y, tape
     if isinstance(layer, BatchNorm):
-        if not training:
+        if not training or frozen_statistics:
             mean, var = state[f"{entry.path}.running_mean"], state[f"{entry.path}.running_var"]
+            if training:
+                tape.saved = ops.batchnorm_frozen_saved(x, mean, var, layer.eps)
             return ops.batchnorm_eval_forward(x, weight, bias, mean, var, layer.eps), tape
         count = x.size // x.shape[1]
         if count < 2:
@@ -133,7 +142,9 @@ def backward(
         return dx, named(dw, db)
     if isinstance(layer, BatchNorm):
         xhat, inv_std = tape.saved
-        dx, dw, db = ops.batchnorm_train_backward(xhat, inv_std, weight, dy)
+        frozen = tape.batch_stats is None
+        backward = ops.batchnorm_frozen_backward if frozen else ops.batchnorm_train_backward
+        dx, dw, db = backward(xhat, inv_std, weight, dy)
         return dx, named(dw, db)
     if isinstance(layer, (ReLU, ReLU6)):
         return ops.relu_backward(tape.saved, dy, 6.0 if isinstance(layer, ReLU6) else None), {}

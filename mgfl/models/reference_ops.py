@@ -281,6 +281,24 @@ def batchnorm_train_backward(
     return dx, dweight, dbias
 
 
+def batchnorm_frozen_saved(
+    x: np.ndarray, running_mean: np.ndarray, running_var: np.ndarray, eps: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(xhat, inv_std)`` over the running statistics: what the frozen backward reads."""
+    _, shape = _channel_view(x)
+    inv_std = 1.0 / np.sqrt(running_var + eps)
+    return (x - running_mean.reshape(shape)) * inv_std.reshape(shape), inv_std
+
+
+def batchnorm_frozen_backward(
+    xhat: np.ndarray, inv_std: np.ndarray, weight: np.ndarray, dy: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(dx, dweight, dbias)`` of the affine map over frozen statistics:
+    ``dx = w * inv_std * dy``, no term through the statistics."""
+    _, shape = _channel_view(dy)
+    return dy * (weight * inv_std).reshape(shape), _channel_sum(dy, xhat), _channel_sum(dy)
+
+
 # --- Activations and loss ----------------------------------------------------------------------
 
 

@@ -10,7 +10,10 @@ The OpenCL engine is tested against it, so every rule here is exact and written 
   flattened batch, seeded by ``dropout_seed(path)`` and the step ``t``; kept values scaled 1/(1-p);
 - MaxPool: the gradient goes to the first maximum of each window, row-major;
 - optimizers: PyTorch's SGD (momentum, dampening 0, optional Nesterov, L2 weight decay) and Adam;
-  only trainable parameters move, but BatchNorm running statistics update in every training step.
+  only trainable parameters move, but BatchNorm running statistics update in every training step;
+- except BatchNorms with frozen statistics (``frozen_statistics.frozen_statistics_layers``: a
+  frozen weight before them, a parameter of their own training, as under ``bias``): in training
+  they too normalise with the running statistics, which stay as they are.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from mgfl.models import reference_layers
+from mgfl.models.frozen_statistics import frozen_statistics_layers
 from mgfl.models.layers import Residual, ResidualEnd
 from mgfl.models.model import Model
 from mgfl.models.reference_ops import softmax_cross_entropy
@@ -81,6 +85,7 @@ class ReferenceTrainer:
         unknown = sorted(self.trainable - set(params))
         if unknown:
             raise ValueError(f"trainable names unknown parameters: {', '.join(unknown)}")
+        self.frozen_statistics = frozen_statistics_layers(model, self.trainable)
         self.optimizer = make_optimizer(
             optimizer,
             lr=lr,
@@ -146,7 +151,14 @@ class ReferenceTrainer:
                 x = x + skips.pop()
                 tapes.append(None)
             else:
-                x, tape = reference_layers.forward(entry, x, self.state, training, self.step)
+                x, tape = reference_layers.forward(
+                    entry,
+                    x,
+                    self.state,
+                    training,
+                    self.step,
+                    frozen_statistics=entry.path in self.frozen_statistics,
+                )
                 tapes.append(tape)
         return x, tapes
 

@@ -7,9 +7,11 @@ from math import prod
 import numpy as np
 import pytest
 
+from client_runtime.freezing import resolve_trainable
 from client_runtime.graph import OptimizerConfig
 from client_runtime.step import CompiledStep, estimate_memory
 from mgfl.models import ReferenceTrainer, build_model
+from mgfl.models.frozen_statistics import frozen_statistics_layers
 from mgfl.models.zoo import ZOO
 
 STEPS = 20
@@ -210,3 +212,71 @@ def test_recomputation_gives_identical_results(device, name):
     a, b = plain.get_state(), segmented.get_state()
     for key in a:  # running statistics too: recomputation must not update them twice
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def _transfer_state(model, seed):
+    """Initial weights with running statistics of a model trained before, as in transfer
+    learning: the float64 reference runs batches with nothing trainable, which moves only the
+    BatchNorm statistics (a frozen-statistics BatchNorm over fresh ones would be a no-op)."""
+    state = model.init_state(seed=seed)
+    warm = ReferenceTrainer(model, state, trainable=set())
+    xs, ys = _batches(np.random.default_rng(seed), model, 8, 12)
+    for x, y in zip(xs, ys, strict=True):
+        warm.train_step(x, y)
+    return {k: v.astype(np.float32) for k, v in warm.state.items()}
+
+
+@pytest.mark.parametrize("policy", ["bias", "bias+norm"])
+@pytest.mark.parametrize("name", ["dscnn", "mobilenetv2"])
+def test_tinytl_policies_match_the_float64_reference(device, name, policy):
+    """Twenty steps of the TinyTL policies: BatchNorms over frozen running statistics (which must
+    not move), ReLU/ReLU6 backward from bit masks; losses, weights and statistics as the
+    reference's. With frozen statistics MobileNetV2 is well conditioned, so no exception."""
+    model = _model(name)
+    batch, lr = CASES[name]["batch"], CASES[name].get("lr", 0.02)
+    state = _transfer_state(model, seed=3)
+    trainable = resolve_trainable(model, policy)
+    assert frozen_statistics_layers(model, trainable)
+    opt = OptimizerConfig("sgd", lr=lr, momentum=0.9, weight_decay=1e-4)
+    step = CompiledStep(device, model, batch, state, trainable=trainable, optimizer=opt,
+                        poison=True, poison_freed=True)
+    step.plan.check_no_live_overlap()
+    masks = [t for t in step.graph.tensors if t.endswith(":mask")]
+    assert masks and all(step.graph.tensors[t].dtype == np.uint8 for t in masks)
+    ref = ReferenceTrainer(model, state, optimizer="sgd", lr=lr, momentum=0.9, weight_decay=1e-4,
+                           trainable=trainable)
+    xs, ys = _batches(np.random.default_rng(7), model, batch, STEPS)
+    ours, theirs = [], []
+    for x, y in zip(xs, ys, strict=True):
+        step.train_step(x, y)
+        ours.append(step.read_train_stats()["loss"])
+        theirs.append(ref.train_step(x, y))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-3)
+    final = step.get_state()
+    for key, value in ref.state.items():
+        np.testing.assert_allclose(final[key], value, rtol=2e-3, atol=2e-4, err_msg=key)
+        if key.endswith(("running_mean", "running_var")) or key not in trainable:
+            np.testing.assert_array_equal(final[key], state[key], err_msg=key)
+    assert not np.allclose(final[sorted(trainable)[-1]], state[sorted(trainable)[-1]])
+
+
+@pytest.mark.parametrize("policy", ["bias", "bias+norm", "all"])
+def test_memory_estimate_equals_the_compiled_arena_under_tinytl(device, policy):
+    model = _model("dscnn")
+    trainable = resolve_trainable(model, policy)
+    step = CompiledStep(device, model, 6, model.init_state(0), trainable=trainable)
+    estimate = estimate_memory(model, 6, trainable, alignment=step.plan.alignment)
+    assert estimate.peak_bytes == step.peak_bytes == step.arena.size
+
+
+def test_bias_training_needs_at_least_five_times_less_memory_than_full_training():
+    """The TinyTL goal at batch 32 (DS-CNN on FSDD's 40x40, MobileNetV2-0.35 on 32x32)."""
+    models = [
+        build_model("dscnn", input_shape=(1, 40, 40), num_classes=10),
+        build_model("mobilenetv2"),
+    ]
+    for model in models:
+        full = estimate_memory(model, 32).peak_bytes
+        bias = estimate_memory(model, 32, resolve_trainable(model, "bias")).peak_bytes
+        print(f"{model.name}: all {full / 2**20:.1f} MiB, bias {bias / 2**20:.1f} MiB")
+        assert bias * 5 <= full, (model.name, full, bias)

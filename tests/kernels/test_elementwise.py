@@ -13,6 +13,11 @@ from tests.kernels.conftest import assert_close, numeric_grad, odd_sizes, scale
 ACTIVATION_KINDS = ["relu", "relu6"]
 
 
+def _mask_buffer(bufs, n):
+    """A bit-mask buffer for n elements, every bit set beforehand."""
+    return bufs.empty(elementwise.mask_bytes(n), np.uint8, poison=0xFF)
+
+
 @pytest.mark.parametrize("kind", ["relu", "relu6"])
 def test_activation_forward_and_backward_match_reference(device, lib, bufs, rng, kind):
     for n in odd_sizes(rng, 3, 1, scale(5000, 300)):
@@ -47,20 +52,20 @@ def test_activation_backward_matches_finite_differences(device, lib, bufs, rng, 
 
 @pytest.mark.parametrize("kind", ["relu", "relu6"])
 def test_masked_activation_matches_reference(device, lib, bufs, rng, kind):
-    """The forward that keeps a byte mask gives the same output, a mask equal to the reference's,
+    """The forward that keeps a bit mask gives the same output, a mask equal to the reference's,
     and a backward from the mask equal to the backward from the float output."""
     for n in odd_sizes(rng, 3, 1, scale(5000, 300)):
         x = rng.normal(0, 4, n).astype(np.float32)
         x[: n // 4] = np.float32(6.0) * (rng.random(n // 4) < 0.5)  # exactly on both kinks
         dy = rng.normal(size=n).astype(np.float32)
-        by, bmask, bdx = bufs.empty(n), bufs.empty(n, np.uint8, poison=7), bufs.empty(n)
+        by, bmask, bdx = bufs.empty(n), _mask_buffer(bufs, n), bufs.empty(n)
         run(device.queue, [
             elementwise.activation_forward_mask(lib, kind, bufs.up(x), by, bmask, n),
             elementwise.masked_backward(lib, bmask, bufs.up(dy), bdx, n),
         ])
         y = bufs.down(by, n)
         assert_close(y, ref.activation_forward(kind, x))
-        mask = bufs.down(bmask, n, np.uint8)
+        mask = bufs.down(bmask, elementwise.mask_bytes(n), np.uint8)
         np.testing.assert_array_equal(mask, ref.activation_mask(kind, x))
         np.testing.assert_array_equal(mask, ref.activation_mask(kind, y))
         expected = ref.masked_backward(mask, dy)
@@ -76,7 +81,7 @@ def test_masked_backward_matches_finite_differences(device, lib, bufs, rng, kind
     x[np.abs(x - 6) < 0.05] += 0.2
     w = rng.normal(size=n)
     numeric = numeric_grad(lambda v: float(np.sum(ref.activation_forward(kind, v) * w)), x)
-    by, bmask, bdx = bufs.empty(n), bufs.empty(n, np.uint8, poison=7), bufs.empty(n)
+    by, bmask, bdx = bufs.empty(n), _mask_buffer(bufs, n), bufs.empty(n)
     run(device.queue, [
         elementwise.activation_forward_mask(lib, kind, bufs.up(x), by, bmask, n),
         elementwise.masked_backward(lib, bmask, bufs.up(w), bdx, n),
@@ -137,14 +142,14 @@ def test_vector_widths_and_tails_give_the_same_results(device, lib, bufs, rng, d
                 elementwise.activation_forward(lib, kind, bx, bx, n, defines=defines)
             ])
             assert_close(bufs.down(bx, n), ref.activation_forward(kind, x))
-            bx, bmask = bufs.up(x), bufs.empty(n, np.uint8, poison=7)  # masked, in place
+            bx, bmask = bufs.up(x), _mask_buffer(bufs, n)  # masked, in place
             bdy = bufs.up(dy)
             run(device.queue, [
                 elementwise.activation_forward_mask(lib, kind, bx, bx, bmask, n, defines=defines),
                 elementwise.masked_backward(lib, bmask, bdy, bdy, n, defines=defines),
             ])
             assert_close(bufs.down(bx, n), ref.activation_forward(kind, x))
-            mask = bufs.down(bmask, n, np.uint8)
+            mask = bufs.down(bmask, elementwise.mask_bytes(n), np.uint8)
             np.testing.assert_array_equal(mask, ref.activation_mask(kind, x))
             assert_close(bufs.down(bdy, n), ref.masked_backward(mask, dy))
         ba, bb, bo = bufs.up(x), bufs.up(dy), bufs.empty(n)
@@ -169,11 +174,12 @@ def test_writes_stop_at_the_end_of_the_tensor(device, lib, bufs, rng):
     got = bufs.down(out, n + 1)
     assert_close(got[:n], x[:n])
     assert got[n] == 7.0
-    mask = bufs.up(np.full(n + 1, 9, np.uint8))
+    size = elementwise.mask_bytes(n)
+    mask = bufs.up(np.full(size + 1, 9, np.uint8))
     run(device.queue, [elementwise.activation_forward_mask(lib, "relu", bufs.up(x), out, mask, n)])
-    got_mask = bufs.down(mask, n + 1, np.uint8)
-    np.testing.assert_array_equal(got_mask[:n], ref.activation_mask("relu", x[:n]))
-    assert got_mask[n] == 9
+    got_mask = bufs.down(mask, size + 1, np.uint8)
+    np.testing.assert_array_equal(got_mask[:size], ref.activation_mask("relu", x[:n]))
+    assert got_mask[size] == 9
 
 
 def test_bad_vector_width_is_a_clear_error(lib, bufs):
