@@ -1,10 +1,13 @@
 """Launches of the batched general matrix product, the work-horse of Linear and 1x1 convolutions.
 
 ``gemm`` computes, for every batch entry, ``C = act(alpha * op(A) @ op(B) + beta * C + bias)``.
-Two kernel styles share one source (``cl/gemm.cl``): register blocking for CPU drivers, where
+The kernel styles share one source (``cl/gemm.cl``): register blocking for CPU drivers, where
 each work-item keeps a block of C in vector registers (and local memory, which is cache on a CPU,
-only holds packed blocks of B), and local-memory tiling for GPUs. ``GemmConfig`` holds every size
-a tuner may vary; ``default_config`` picks by device type.
+only holds packed blocks of B), local-memory tiling for GPUs, and, for GPUs with many compute
+units, ``gpu_blocked``: double-buffered 128 x 128 class tiles with 8 x 8 results per work-item and
+a bounds-check-free build for sizes that are multiples of the tile. ``GemmConfig`` holds every
+size a tuner may vary; ``default_config`` picks by device type and ``blocked_candidates`` lists
+the blocked tiles a device can run.
 """
 
 from __future__ import annotations
@@ -18,9 +21,17 @@ from kernels.launch import Launch, round_up
 from kernels.library import KernelLibrary, as_int
 
 ACTIVATIONS = {None: 0, "relu": 1, "relu6": 2}
-REGISTER, DOT, LOCAL = 1, 2, 3  # GEMM_KERNEL values of cl/gemm.cl
-KERNEL_NAMES = {REGISTER: "gemm_register", DOT: "gemm_dot", LOCAL: "gemm_local"}
+REGISTER, DOT, LOCAL, BLOCKED = 1, 2, 3, 4  # GEMM_KERNEL values of cl/gemm.cl
+KERNEL_NAMES = {REGISTER: "gemm_register", DOT: "gemm_dot", LOCAL: "gemm_local",
+                BLOCKED: "gemm_blocked"}
 VECTOR_WIDTHS = (4, 8, 16)
+# "standard": the register (or dot) kernel, or with use_local_memory the local one; "gpu_blocked":
+# the double-buffered kernel, which always stages its tiles in local memory.
+STYLES = ("standard", "gpu_blocked")
+# The blocked style stays within what phone GPUs offer a work-group (Adreno and Mali: 32 KiB of
+# local memory, 256 work-items and more), so a tuner may try it anywhere it fits.
+MAX_BLOCKED_LOCAL_MEMORY = 32 * 1024
+MAX_BLOCKED_GROUP = 256
 
 
 @dataclass(frozen=True)
@@ -38,9 +49,13 @@ class GemmConfig:
     Local style (``use_local_memory=True``): work-groups of ``(tile_n / wpt_n) x
     (tile_m / wpt_m)`` items stage ``tile_m x tile_k`` and ``tile_k x tile_n`` tiles in local
     memory and each item computes ``wpt_m x wpt_n`` results.
+
+    Blocked style (``style="gpu_blocked"``, which implies ``use_local_memory``): the same tile
+    sizes, with two local buffers per operand (at most 32 KiB in all) and at most 256 items.
     """
 
     use_local_memory: bool = False
+    style: str = "standard"
     rows_per_item: int = 6
     vector_width: int = 8
     vectors_per_row: int = 2
@@ -60,7 +75,11 @@ class GemmConfig:
     wpt_n: int = 4
 
     def __post_init__(self) -> None:
+        if self.style == "gpu_blocked" and not self.use_local_memory:
+            object.__setattr__(self, "use_local_memory", True)  # its tiles live there
         problems = []
+        if self.style not in STYLES:
+            problems.append(f"style must be one of {STYLES}")
         if self.vector_width not in VECTOR_WIDTHS or self.dot_width not in VECTOR_WIDTHS:
             problems.append(f"vector widths must be one of {VECTOR_WIDTHS}")
         sizes = (self.rows_per_item, self.vectors_per_row, self.dot_rows, self.dot_cols,
@@ -72,8 +91,18 @@ class GemmConfig:
                 problems.append(f"wpt_{name} must be a multiple of 4 that divides tile_{name}")
         if self.tile_k % 4:
             problems.append("tile_k must be a multiple of 4")
+        if self.blocked and not problems:
+            width, height = self.local_group
+            if width * height > MAX_BLOCKED_GROUP:
+                problems.append(f"gpu_blocked work-groups hold at most {MAX_BLOCKED_GROUP} items")
+            if self.local_memory_bytes > MAX_BLOCKED_LOCAL_MEMORY:
+                problems.append(f"gpu_blocked tiles take at most {MAX_BLOCKED_LOCAL_MEMORY} bytes")
         if problems:
             raise ValueError(f"Invalid GemmConfig {self}: " + "; ".join(problems))
+
+    @property
+    def blocked(self) -> bool:
+        return self.style == "gpu_blocked"
 
     @property
     def local_group(self) -> tuple[int, int]:
@@ -83,6 +112,8 @@ class GemmConfig:
     @property
     def local_memory_bytes(self) -> int:
         """Local memory of one work-group at most, in the style this configuration selects."""
+        if self.blocked:  # two buffers per operand
+            return 2 * 4 * self.tile_k * (self.tile_m + self.tile_n)
         if self.use_local_memory:
             return 4 * self.tile_k * (self.tile_m + self.tile_n)
         if self.pack_b:
@@ -91,7 +122,8 @@ class GemmConfig:
         return 0
 
     def defines(self) -> dict[str, int]:
-        """The build-time defines of the kernel style this configuration selects."""
+        """The build-time defines of the kernel style this configuration selects (the blocked
+        style's EXACT and ALIGNED depend on the product: see ``blocked_path_defines``)."""
         if self.use_local_memory:
             return {"TILE_M": self.tile_m, "TILE_N": self.tile_n, "TILE_K": self.tile_k,
                     "WPT_M": self.wpt_m, "WPT_N": self.wpt_n}
@@ -149,6 +181,55 @@ def default_config(device: cl.Device) -> GemmConfig:
     )
 
 
+# Blocked tiles as (tile_m, tile_n, tile_k, wpt_m, wpt_n), the expected fastest on a large GPU
+# first: 128 x 128 with 8 x 8 per item is the classic shape of fast SGEMMs (64 accumulators and
+# 16 operand registers per item, 256 items); narrower tiles give more work-groups on mid sizes.
+BLOCKED_TILES = (
+    (128, 128, 16, 8, 8), (128, 128, 8, 8, 8), (128, 64, 16, 8, 4), (64, 128, 16, 4, 8),
+    (128, 64, 8, 8, 4), (64, 64, 16, 8, 8), (64, 64, 16, 4, 4), (64, 64, 8, 4, 4),
+)
+# Devices the blocked style is tried on: GPUs whose work-groups get 32 KiB of local memory and
+# that have the compute units to fill with 128 x 128 tiles (desktop and data-centre GPUs; phone
+# GPUs report 1-16 compute units).
+BLOCKED_MIN_LOCAL_MEMORY = 32 * 1024
+BLOCKED_MIN_COMPUTE_UNITS = 16
+
+
+def suits_blocked(device: cl.Device) -> bool:
+    """Whether ``device`` is a GPU large enough for the blocked style to be worth tuning."""
+    return bool(device.type & cl.device_type.GPU
+                and int(device.local_mem_size) >= BLOCKED_MIN_LOCAL_MEMORY
+                and int(device.max_compute_units) >= BLOCKED_MIN_COMPUTE_UNITS)
+
+
+def blocked_candidates(device: cl.Device) -> list[GemmConfig]:
+    """The blocked configurations that fit ``device``'s work-group and local-memory limits,
+    in ``BLOCKED_TILES`` order; empty on devices that do not suit the style."""
+    if not suits_blocked(device):
+        return []
+    found = []
+    for tile_m, tile_n, tile_k, wpt_m, wpt_n in BLOCKED_TILES:
+        config = GemmConfig(style="gpu_blocked", tile_m=tile_m, tile_n=tile_n, tile_k=tile_k,
+                            wpt_m=wpt_m, wpt_n=wpt_n)
+        width, height = config.local_group
+        if (width * height <= int(device.max_work_group_size)
+                and config.local_memory_bytes <= int(device.local_mem_size)):
+            found.append(config)
+    return found
+
+
+def blocked_path_defines(config: GemmConfig, m: int, n: int, k: int, trans_a: bool,
+                         trans_b: bool, stride_a: int = 0, stride_b: int = 0,
+                         stride_c: int = 0) -> dict[str, int]:
+    """EXACT: m, n, k are multiples of the tile, so the build has no bounds checks; ALIGNED:
+    every leading dimension and batch stride is a multiple of 4 floats, so float4 accesses are
+    16-byte aligned (buffers, sub-buffers included, start aligned)."""
+    exact = m % config.tile_m == 0 and n % config.tile_n == 0 and k % config.tile_k == 0
+    leading = (m if trans_a else k, k if trans_b else n, n)
+    aligned = all(size % 4 == 0 for size in (*leading, stride_a, stride_b, stride_c))
+    return {"EXACT": int(exact), "ALIGNED": int(aligned)}
+
+
 def gemm(
     lib: KernelLibrary,
     a: cl.Buffer,
@@ -191,7 +272,12 @@ def gemm(
     # transposed. A @ B^T, whose operands are both contiguous along k, is a dot product.
     first, second, rows, cols = a, b, m, n
     stride_first, stride_second = stride_a, stride_b
-    if config.use_local_memory:
+    if config.blocked:
+        style = BLOCKED
+        defines.update(TRANS_A=int(trans_a), TRANS_B=int(trans_b),
+                       **blocked_path_defines(config, m, n, k, trans_a, trans_b,
+                                              stride_a, stride_b, stride_c))
+    elif config.use_local_memory:
         style = LOCAL
         defines.update(TRANS_A=int(trans_a), TRANS_B=int(trans_b))
     elif trans_b and not trans_a:
@@ -246,7 +332,7 @@ def _geometry(
     config: GemmConfig, style: int, rows: int, cols: int, batch: int
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """NDRange (columns, rows, batch) and work-group shape of one launch."""
-    if style == LOCAL:
+    if style in (LOCAL, BLOCKED):
         group_cols, group_rows = config.local_group
         return (
             (round_up(cols, config.tile_n) // config.wpt_n,

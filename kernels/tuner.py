@@ -21,7 +21,7 @@ import pyopencl as cl
 
 from kernels import depthwise, im2col
 from kernels.conv_shape import ConvShape
-from kernels.gemm import MAX_LOCAL_MEMORY, GemmConfig, default_config, gemm
+from kernels.gemm import MAX_LOCAL_MEMORY, GemmConfig, blocked_candidates, default_config, gemm
 from kernels.launch import Launch
 from kernels.library import KernelBuildError, KernelLibrary
 from kernels.reference import depthwise as depthwise_ref
@@ -102,9 +102,11 @@ def _local_candidates() -> list[GemmConfig]:
 
 
 def gemm_candidates(device: cl.Device, shape: GemmShape) -> list[GemmConfig]:
-    """The device's default first, then the other configurations of its style in a fixed
-    shuffled order (so a short budget samples the whole space), without those that exceed the
-    device's work-group size or the local-memory budget."""
+    """The device's default first, then, on GPUs large enough for it, the blocked style's tiles
+    (``blocked_candidates``: the likely winners there, so a short budget reaches them), then the
+    other configurations of the default's style in a fixed shuffled order (so a short budget
+    samples the whole space), without those that exceed the device's work-group size or the
+    local-memory budget."""
     base = default_config(device)
     if base.use_local_memory:
         pool = _local_candidates()
@@ -116,7 +118,7 @@ def gemm_candidates(device: cl.Device, shape: GemmShape) -> list[GemmConfig]:
     order = sorted(shuffled, key=lambda i: _distance(pool[i], base))
     budget = min(MAX_LOCAL_MEMORY, int(device.local_mem_size))
     limit = int(device.max_work_group_size)
-    out = [base]
+    out = [base, *blocked_candidates(device)]
     for index in order:
         config = pool[index]
         if config == base or config.local_memory_bytes > budget:

@@ -11,10 +11,15 @@
 //                    keeps DM x DN dot products as VK-wide vectors along k.
 //   3 gemm_local     GPU style: the work-group stages TILE_M x TILE_K and TILE_K x TILE_N tiles of
 //                    op(A) and op(B) in local memory; each work-item computes WPT_M x WPT_N results.
+//   4 gemm_blocked   GPU style for large GPUs: like gemm_local, but the tiles are double-buffered
+//                    (the next k tile is fetched into registers while the current one is used,
+//                    one barrier per k step), every item fetches a fixed set of float4 quads, and
+//                    both local tiles are k-major float4 arrays; an EXACT build (sizes multiples
+//                    of the tiles) drops every bounds check.
 //
 // Edges: sizes are arbitrary. The register kernels clamp row and column indices into the matrix
-// (a clamped row or column computes a duplicate that is never stored), the local kernel pads its
-// tiles with zeros through guarded loads. No kernel reads or writes outside a tensor.
+// (a clamped row or column computes a duplicate that is never stored), the local kernels pad
+// their tiles with zeros through guarded loads. No kernel reads or writes outside a tensor.
 // beta == 0 never reads C, so C may hold NaN before the product.
 
 #ifndef GEMM_KERNEL
@@ -457,6 +462,245 @@ void gemm_local(const __global float* restrict a, const __global float* restrict
     }
 }
 
+// ------------------------------------------------------------------------------------------------
+#elif GEMM_KERNEL == 4
+
+#ifndef TILE_M
+#define TILE_M 128
+#endif
+#ifndef TILE_N
+#define TILE_N 128
+#endif
+#ifndef TILE_K
+#define TILE_K 16
+#endif
+#ifndef WPT_M
+#define WPT_M 8
+#endif
+#ifndef WPT_N
+#define WPT_N 8
+#endif
+#ifndef EXACT
+#define EXACT 0    // 1: m, n, k are multiples of TILE_M, TILE_N, TILE_K: no bounds checks
+#endif
+#ifndef ALIGNED
+#define ALIGNED 0  // 1: leading dimensions and batch strides are multiples of 4 floats
+#endif
+
+#define GROUP_M (TILE_M / WPT_M)
+#define GROUP_N (TILE_N / WPT_N)
+#define GROUP_SIZE (GROUP_M * GROUP_N)
+// An item's results are WPT_M / 4 x WPT_N / 4 blocks of 4 x 4, GROUP_M * 4 rows and GROUP_N * 4
+// columns apart, so that the items of a row read consecutive float4s of the local tile.
+#define BLOCKS_M (WPT_M / 4)
+#define BLOCKS_N (WPT_N / 4)
+#define A_QUADS (TILE_K * TILE_M / 4)
+#define B_QUADS (TILE_K * TILE_N / 4)
+#define A_SLOTS ((A_QUADS + GROUP_SIZE - 1) / GROUP_SIZE)
+#define B_SLOTS ((B_QUADS + GROUP_SIZE - 1) / GROUP_SIZE)
+// Whether quad slot s of this item holds a quad of the tile (always, when the group divides it).
+#define A_SLOT_USED(s) (A_QUADS % GROUP_SIZE == 0 || tid + (s) * GROUP_SIZE < A_QUADS)
+#define B_SLOT_USED(s) (B_QUADS % GROUP_SIZE == 0 || tid + (s) * GROUP_SIZE < B_QUADS)
+
+#if TILE_M % WPT_M || TILE_N % WPT_N || WPT_M % 4 || WPT_N % 4 || TILE_K % 4
+#error "tiles must divide by the work per item, itself a multiple of the vector width 4"
+#endif
+
+// A whole float4 at p: through a float4 pointer where ALIGNED promises 16-byte alignment (one
+// 128-bit load on GPUs), through vload4 otherwise.
+#if ALIGNED
+#define LOAD4(p) (*(const __global float4*)(p))
 #else
-#error "GEMM_KERNEL must be 1 (register), 2 (dot) or 3 (local)"
+#define LOAD4(p) vload4(0, (p))
+#endif
+
+// The quad at (row, col) of a row-major (height x width) matrix, col a multiple of 4; zeros past
+// its edges in a checked build. With ALIGNED, width is a multiple of 4: a quad is all in or out.
+inline float4 fetch_quad(const __global float* src, const int height, const int width,
+                         const int row, const int col) {
+    const __global float* p = src + row * width + col;
+#if EXACT
+    return LOAD4(p);
+#else
+    if (row >= height || col >= width) return (float4)(0.0f);
+#if ALIGNED
+    return LOAD4(p);
+#else
+    if (col + 4 <= width) return vload4(0, p);
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int e = 0; e < 3; ++e)
+        if (col + e < width) v[e] = p[e];
+    return vload4(0, v);
+#endif
+#endif
+}
+
+// Operand layouts. A tile of op(A) is TILE_M x TILE_K, kept k-major in local memory. Stored
+// (k, m) (TRANS_A), its quads run along m and go to local memory as they are ("direct"); stored
+// (m, k), they run along k and are scattered transposed. Likewise for op(B), TILE_K x TILE_N:
+// stored (k, n) direct, stored (n, k) (TRANS_B) transposed. QPR: quads per stored tile row.
+#if TRANS_A
+#define A_QPR (TILE_M / 4)
+#define A_FETCH(r, q, k0) fetch_quad(a, k, m, (k0) + (r), row0 + 4 * (q))
+#else
+#define A_QPR (TILE_K / 4)
+#define A_FETCH(r, q, k0) fetch_quad(a, m, k, row0 + (r), (k0) + 4 * (q))
+#endif
+#if TRANS_B
+#define B_QPR (TILE_K / 4)
+#define B_FETCH(r, q, k0) fetch_quad(b, n, k, col0 + (r), (k0) + 4 * (q))
+#else
+#define B_QPR (TILE_N / 4)
+#define B_FETCH(r, q, k0) fetch_quad(b, k, n, (k0) + (r), col0 + 4 * (q))
+#endif
+
+// Writes the quads an item fetched (`staged`, 4 floats per slot) into a k-major local tile of
+// `width` (TILE_M or TILE_N) columns; quad (r, q) of a transposed operand is column r, rows
+// 4q..4q+3 of the tile.
+#define STORE_DIRECT(tile, width, slots, used, rr, qq, staged)                               \
+    _Pragma("unroll") for (int s = 0; s < (slots); ++s) if (used(s))                         \
+        (tile)[rr[s] * ((width) / 4) + qq[s]] = vload4(s, (staged));
+#define STORE_TRANSPOSED(tile, width, slots, used, rr, qq, staged)                           \
+    _Pragma("unroll") for (int s = 0; s < (slots); ++s) if (used(s)) {                       \
+        __local float* t = (__local float*)(tile);                                           \
+        _Pragma("unroll") for (int e = 0; e < 4; ++e)                                        \
+            t[(4 * qq[s] + e) * (width) + rr[s]] = (staged)[4 * s + e];                      \
+    }
+#if TRANS_A
+#define STORE_A STORE_DIRECT
+#else
+#define STORE_A STORE_TRANSPOSED
+#endif
+#if TRANS_B
+#define STORE_B STORE_TRANSPOSED
+#else
+#define STORE_B STORE_DIRECT
+#endif
+
+// Fetches the operand quads of the k tile at k0 into private registers.
+#define FETCH_TILES(k0)                                                                       \
+    {                                                                                         \
+        _Pragma("unroll") for (int s = 0; s < A_SLOTS; ++s) if (A_SLOT_USED(s))               \
+            vstore4(A_FETCH(a_row[s], a_quad[s], (k0)), s, a_staged);                         \
+        _Pragma("unroll") for (int s = 0; s < B_SLOTS; ++s) if (B_SLOT_USED(s))               \
+            vstore4(B_FETCH(b_row[s], b_quad[s], (k0)), s, b_staged);                         \
+    }
+
+// Local tiles: a_tiles[buffer][kk][row], b_tiles[buffer][kk][col], as float4 so that every read
+// of the inner loop is one aligned 128-bit access.
+__kernel __attribute__((reqd_work_group_size(GROUP_N, GROUP_M, 1)))
+void gemm_blocked(const __global float* restrict a, const __global float* restrict b,
+                  __global float* c, const __global float* restrict bias,
+                  const int m, const int n, const int k,
+                  const float alpha, const float beta,
+                  const int stride_a, const int stride_b, const int stride_c) {
+    __local float4 a_tiles[2 * TILE_K * TILE_M / 4];
+    __local float4 b_tiles[2 * TILE_K * TILE_N / 4];
+    const int tx = get_local_id(0);
+    const int ty = get_local_id(1);
+    const int tid = ty * GROUP_N + tx;
+    const int row0 = get_group_id(1) * TILE_M;
+    const int col0 = get_group_id(0) * TILE_N;
+    a += get_group_id(2) * stride_a;
+    b += get_group_id(2) * stride_b;
+    c += get_group_id(2) * stride_c;
+
+    // The quads this item fetches: slot s is quad tid + s * GROUP_SIZE of the stored tile, row
+    // r = quad / QPR, quad column q (the remainder, spelled out: LLVM pairs a division and a
+    // remainder through a `freeze`, which oclgrind cannot run).
+    int a_row[A_SLOTS], a_quad[A_SLOTS], b_row[B_SLOTS], b_quad[B_SLOTS];
+#pragma unroll
+    for (int s = 0; s < A_SLOTS; ++s) {
+        const int quad = tid + s * GROUP_SIZE;
+        a_row[s] = quad / A_QPR;
+        a_quad[s] = quad - a_row[s] * A_QPR;
+    }
+#pragma unroll
+    for (int s = 0; s < B_SLOTS; ++s) {
+        const int quad = tid + s * GROUP_SIZE;
+        b_row[s] = quad / B_QPR;
+        b_quad[s] = quad - b_row[s] * B_QPR;
+    }
+    float a_staged[4 * A_SLOTS];
+    float b_staged[4 * B_SLOTS];
+
+    float acc[WPT_M][WPT_N];
+#pragma unroll
+    for (int i = 0; i < WPT_M; ++i)
+#pragma unroll
+        for (int j = 0; j < WPT_N; ++j) acc[i][j] = 0.0f;
+
+    const int tiles = (k + TILE_K - 1) / TILE_K;
+    FETCH_TILES(0)
+    STORE_A(a_tiles, TILE_M, A_SLOTS, A_SLOT_USED, a_row, a_quad, a_staged)
+    STORE_B(b_tiles, TILE_N, B_SLOTS, B_SLOT_USED, b_row, b_quad, b_staged)
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int t = 0; t < tiles; ++t) {
+        const int current = t & 1;
+        const __local float4* a_tile = a_tiles + current * (TILE_K * TILE_M / 4);
+        const __local float4* b_tile = b_tiles + current * (TILE_K * TILE_N / 4);
+        const int more = t + 1 < tiles;  // the same for every item of the group
+        if (more) FETCH_TILES((t + 1) * TILE_K)
+
+#pragma unroll
+        for (int kk = 0; kk < TILE_K; ++kk) {
+            float av[WPT_M];
+            float bv[WPT_N];
+#pragma unroll
+            for (int i = 0; i < BLOCKS_M; ++i)
+                vstore4(a_tile[kk * (TILE_M / 4) + i * GROUP_M + ty], i, av);
+#pragma unroll
+            for (int j = 0; j < BLOCKS_N; ++j)
+                vstore4(b_tile[kk * (TILE_N / 4) + j * GROUP_N + tx], j, bv);
+#pragma unroll
+            for (int i = 0; i < WPT_M; ++i)
+#pragma unroll
+                for (int j = 0; j < WPT_N; ++j) acc[i][j] = mad(av[i], bv[j], acc[i][j]);
+        }
+
+        // The other buffer was last read before the previous barrier: refill it, then one
+        // barrier makes it visible and frees the current one.
+        if (more) {
+            __local float4* a_next = a_tiles + (1 - current) * (TILE_K * TILE_M / 4);
+            __local float4* b_next = b_tiles + (1 - current) * (TILE_K * TILE_N / 4);
+            STORE_A(a_next, TILE_M, A_SLOTS, A_SLOT_USED, a_row, a_quad, a_staged)
+            STORE_B(b_next, TILE_N, B_SLOTS, B_SLOT_USED, b_row, b_quad, b_staged)
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+#pragma unroll
+    for (int i = 0; i < WPT_M; ++i) {
+        const int r = row0 + (i / 4) * (GROUP_M * 4) + ty * 4 + (i & 3);
+#pragma unroll
+        for (int j = 0; j < BLOCKS_N; ++j) {
+            const int col = col0 + j * (GROUP_N * 4) + tx * 4;
+#if EXACT && ALIGNED
+            // Whole float4 rows of C: in the matrix and 16-byte aligned.
+            __global float4* out = (__global float4*)(c + r * n + col);
+            float4 v = alpha * vload4(j, acc[i]);
+            if (beta != 0.0f) v += beta * *out;
+#if HAS_BIAS
+            v += *(const __global float4*)(bias + col);
+#endif
+            *out = ACT(v);
+#else
+            if (r < m) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    if (col + e < n) {
+                        const int index = r * n + col + e;
+                        c[index] = finish(acc[i][4 * j + e], alpha, beta, c, index, bias,
+                                          col + e);
+                    }
+                }
+            }
+#endif
+        }
+    }
+}
+
+#else
+#error "GEMM_KERNEL must be 1 (register), 2 (dot), 3 (local) or 4 (blocked)"
 #endif

@@ -1,4 +1,4 @@
-"""The batched GEMM against its float64 reference, in both kernel styles, and the Linear backward
+"""The batched GEMM against its float64 reference, in every kernel style, and the Linear backward
 it serves against finite differences."""
 
 from __future__ import annotations
@@ -9,7 +9,15 @@ import numpy as np
 import pyopencl as cl
 import pytest
 
-from kernels.gemm import GemmConfig, default_config, gemm
+from kernels.gemm import (
+    BLOCKED_TILES,
+    MAX_BLOCKED_LOCAL_MEMORY,
+    GemmConfig,
+    blocked_candidates,
+    blocked_path_defines,
+    default_config,
+    gemm,
+)
 from kernels.launch import run
 from kernels.reference import gemm as ref
 from tests.conftest import UNDER_OCLGRIND
@@ -17,14 +25,19 @@ from tests.kernels.conftest import assert_close, numeric_grad, odd_sizes, scale
 
 TRANSPOSES = [(False, False), (True, False), (False, True), (True, True)]
 
-# The CPU style (register blocking, with the dot-product kernel for A @ B^T) and the GPU style
-# (local-memory tiles), each run on whatever device the tests use. Under oclgrind, which
-# interprets every work-item, the local tiles are smaller.
+# The CPU style (register blocking, with the dot-product kernel for A @ B^T) and the GPU styles
+# (local-memory tiles, and the double-buffered blocked tiles), each run on whatever device the
+# tests use. Under oclgrind, which interprets every work-item, the local tiles are smaller.
 STYLES = {
     "register": GemmConfig(use_local_memory=False),
     "local": GemmConfig(use_local_memory=True, tile_m=scale(64, 32), tile_n=scale(64, 32),
                         tile_k=scale(16, 8), wpt_m=4, wpt_n=4),
+    "gpu_blocked": GemmConfig(style="gpu_blocked", tile_m=scale(128, 32), tile_n=scale(64, 16),
+                              tile_k=scale(16, 8), wpt_m=scale(8, 4), wpt_n=4),
 }
+# The blocked style's first candidate on large GPUs (128 x 128 tiles, 8 x 8 per item).
+BLOCKED_MAIN = GemmConfig(style="gpu_blocked", tile_m=scale(128, 32), tile_n=scale(128, 32),
+                          tile_k=scale(16, 8), wpt_m=scale(8, 4), wpt_n=scale(8, 4))
 
 # Other sizes a tuner may pick; each must stay correct at the edges.
 VARIANTS = {
@@ -40,6 +53,12 @@ VARIANTS = {
                                wpt_n=4),
     "local-wide": GemmConfig(use_local_memory=True, tile_m=16, tile_n=32, tile_k=12, wpt_m=4,
                              wpt_n=8),
+    # Several quads per item and operand, a k tile that is not a power of two.
+    "blocked-narrow": GemmConfig(style="gpu_blocked", tile_m=32, tile_n=16, tile_k=12, wpt_m=8,
+                                 wpt_n=4),
+    # Fewer quads per tile than items: some items fetch nothing.
+    "blocked-idle-items": GemmConfig(style="gpu_blocked", tile_m=64, tile_n=64, tile_k=4,
+                                     wpt_m=4, wpt_n=4),
 }
 
 
@@ -167,12 +186,13 @@ def test_linear_backward_products_match_finite_differences(device, lib, bufs, rn
 
 
 def _fake_device(kind, vendor="", local_mem_size=32768, max_work_group_size=1024, fma=True,
-                 width=8):
-    """What default_config reads of a cl.Device, for devices this machine does not have."""
+                 width=8, units=8):
+    """What default_config and blocked_candidates read of a cl.Device, for devices this machine
+    does not have."""
     return SimpleNamespace(
         type=kind, vendor=vendor, name=f"{vendor} test device", local_mem_size=local_mem_size,
         max_work_group_size=max_work_group_size, native_vector_width_float=width,
-        single_fp_config=cl.device_fp_config.FMA if fma else 0,
+        single_fp_config=cl.device_fp_config.FMA if fma else 0, max_compute_units=units,
     )
 
 
@@ -243,3 +263,90 @@ def test_invalid_configs_are_rejected():
         GemmConfig(vector_width=3)
     with pytest.raises(ValueError, match="wpt_m"):
         GemmConfig(use_local_memory=True, tile_m=64, wpt_m=6)
+
+
+@pytest.mark.parametrize("trans_a,trans_b", TRANSPOSES)
+@pytest.mark.parametrize("aligned", [True, False])
+def test_blocked_fast_path_on_tile_multiples(device, lib, bufs, rng, trans_a, trans_b, aligned):
+    """Sizes that are multiples of the tile build without bounds checks; batch strides that are
+    multiples of 4 also use aligned float4 accesses, other strides unaligned ones."""
+    config = BLOCKED_MAIN
+    m, n, k = 2 * config.tile_m, config.tile_n, 3 * config.tile_k
+    batch, gap = 2, 4 if aligned else 1
+    stride_a, stride_b, stride_c = m * k + gap, k * n + 2 * gap, m * n + 3 * gap
+    assert blocked_path_defines(config, m, n, k, trans_a, trans_b, stride_a, stride_b,
+                                stride_c) == {"EXACT": 1, "ALIGNED": int(aligned)}
+    a = rng.normal(size=stride_a * (batch - 1) + m * k).astype(np.float32)
+    b = rng.normal(size=stride_b * (batch - 1) + k * n).astype(np.float32)
+    c = rng.normal(size=stride_c * (batch - 1) + m * n).astype(np.float32)
+    bias = rng.normal(size=n).astype(np.float32)
+    kwargs = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, alpha=1.25, beta=-0.5,
+                  activation="relu", batch=batch, stride_a=stride_a, stride_b=stride_b,
+                  stride_c=stride_c)
+    out = _run_gemm(device, lib, bufs, a, b, c, bias=bias, config=config, **kwargs)
+    assert_close(out, ref.gemm(a, b, c, bias=bias, **kwargs))
+    gaps = np.ones(c.size, bool)
+    for i in range(batch):
+        gaps[i * stride_c : i * stride_c + m * n] = False
+    assert np.array_equal(out[gaps], c[gaps])
+
+
+@pytest.mark.parametrize("trans_a,trans_b", TRANSPOSES)
+def test_blocked_checked_path_on_odd_shapes(device, lib, bufs, rng, trans_a, trans_b):
+    """The main blocked tile on sizes just past and just short of its multiples."""
+    config = BLOCKED_MAIN
+    m, n, k = config.tile_m + 3, config.tile_n - 5, 2 * config.tile_k + 1
+    assert blocked_path_defines(config, m, n, k, trans_a, trans_b)["EXACT"] == 0
+    a, b = _random_case(rng, m, n, k, trans_a, trans_b)
+    c = np.full(m * n, np.nan, np.float32)
+    kwargs = dict(m=m, n=n, k=k, trans_a=trans_a, trans_b=trans_b, alpha=0.5)
+    out = _run_gemm(device, lib, bufs, a, b, c, config=config, **kwargs)
+    assert_close(out, ref.gemm(a, b, c, **kwargs))
+
+
+def test_blocked_path_defines_follow_sizes_and_strides():
+    config = GemmConfig(style="gpu_blocked", tile_m=128, tile_n=64, tile_k=16, wpt_m=8, wpt_n=4)
+    assert blocked_path_defines(config, 256, 128, 32, False, False) == {"EXACT": 1, "ALIGNED": 1}
+    assert blocked_path_defines(config, 256, 128, 40, False, False) == {"EXACT": 0, "ALIGNED": 1}
+    assert blocked_path_defines(config, 64, 128, 32, True, True) == {"EXACT": 0, "ALIGNED": 1}
+    # A (m, k) with k = 18: its rows are not float4-aligned, though m and n are.
+    assert blocked_path_defines(config, 128, 64, 18, False, False)["ALIGNED"] == 0
+    assert blocked_path_defines(config, 128, 64, 18, True, True)["ALIGNED"] == 0
+    assert blocked_path_defines(config, 130, 64, 16, True, False)["ALIGNED"] == 0  # A (k, m)
+    assert blocked_path_defines(config, 128, 64, 16, False, False, stride_b=6)["ALIGNED"] == 0
+
+
+def test_blocked_configs_are_validated():
+    blocked = GemmConfig(style="gpu_blocked", tile_m=128, tile_n=128, tile_k=16, wpt_m=8,
+                         wpt_n=8)
+    assert blocked.use_local_memory and blocked.blocked
+    assert blocked.local_memory_bytes == MAX_BLOCKED_LOCAL_MEMORY  # two buffers per operand
+    assert blocked.local_group == (16, 16)
+    assert blocked.defines()["TILE_K"] == 16
+    with pytest.raises(ValueError, match="style must be"):
+        GemmConfig(style="fast")
+    with pytest.raises(ValueError, match="at most 256 items"):
+        GemmConfig(style="gpu_blocked", tile_m=128, tile_n=128, wpt_m=4, wpt_n=4)
+    with pytest.raises(ValueError, match="bytes"):
+        GemmConfig(style="gpu_blocked", tile_m=128, tile_n=128, tile_k=32, wpt_m=8, wpt_n=8)
+    assert all(GemmConfig(style="gpu_blocked", tile_m=tm, tile_n=tn, tile_k=tk, wpt_m=wm,
+                          wpt_n=wn).blocked for tm, tn, tk, wm, wn in BLOCKED_TILES)
+
+
+def test_blocked_candidates_only_on_large_gpus():
+    from kernels.tuner import GemmShape, gemm_candidates
+
+    h200 = _fake_device(cl.device_type.GPU, "NVIDIA Corporation", 49152, 1024, units=132)
+    found = blocked_candidates(h200)
+    assert len(found) == len(BLOCKED_TILES) and found[0].tile_m == 128 and found[0].wpt_m == 8
+    listed = gemm_candidates(h200, GemmShape("square", 512, 512, 512))
+    assert listed[0] == default_config(h200) and listed[1:1 + len(found)] == found
+    # A GPU with work-groups of at most 128 items gets only the tiles that fit them.
+    tight = _fake_device(cl.device_type.GPU, "NVIDIA Corporation", 32768, 128, units=40)
+    assert all(c.local_memory_bytes <= 32768 and c.local_group[0] * c.local_group[1] <= 128
+               for c in blocked_candidates(tight)) and blocked_candidates(tight)
+    phone = _fake_device(cl.device_type.GPU, "Qualcomm", 32768, 1024, units=4)
+    assert blocked_candidates(phone) == []
+    assert not any(c.blocked for c in gemm_candidates(phone, GemmShape("square", 64, 64, 64)))
+    assert blocked_candidates(_fake_device(cl.device_type.CPU, local_mem_size=1 << 19,
+                                           units=64)) == []
