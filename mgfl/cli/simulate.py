@@ -108,6 +108,8 @@ def _plot_simulated_time(axis, rounds: list[dict]) -> None:
     bars.set_ylabel("stragglers per round")
     bars.yaxis.set_major_locator(MaxNLocator(integer=True))
     bars.legend(loc="lower right")
+    axis.set_zorder(bars.get_zorder() + 1)  # the accuracy line in front of the bars
+    axis.patch.set_visible(False)
 
 
 @app.command()
