@@ -40,6 +40,7 @@ from mgfl.update_layout import UpdateLayout
 RESIDUAL_KEY = "mgfl-residual"
 RESIDUAL_CODEC_KEY = "mgfl-residual-codec"
 MAX_CACHED_STEPS = 2
+STATISTICS_EPOCHS = 1  # passes over the local samples that measure the sent model's statistics
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,29 @@ def memory_budget_of(config: RunConfig, phone: SimulatedPhone | None) -> str:
     return str(phone.profile.memory_budget_bytes)
 
 
+def measure_statistics(step: CompiledStep, state: dict[str, np.ndarray],
+                       buffers: tuple[str, ...], data: ClientData, batch: int, seed: int,
+                       lr: float, epochs: int = STATISTICS_EPOCHS) -> dict[str, np.ndarray]:
+    """The BatchNorm running statistics of ``state``'s weights on the local training samples:
+    training steps at learning rate 0 (the weights stay), starting from ``state``'s statistics
+    (the received global ones, so the result leans on them by 0.9 ** steps)."""
+    step.set_state(state)
+    step.set_learning_rate(0.0)
+    try:
+        order_rng = np.random.default_rng(seed + 1)
+        x = np.ascontiguousarray(data.x_train, np.float32)
+        y = np.ascontiguousarray(data.y_train, np.int32)
+        for _ in range(epochs):
+            order = order_rng.permutation(len(y))
+            for start in range(0, len(y) - batch + 1, batch):
+                step.train_step(x[order[start:start + batch]], y[order[start:start + batch]])
+        step.synchronize()
+        step.read_train_stats(reset=True)
+        return step.get_state(list(buffers))
+    finally:
+        step.set_learning_rate(lr)
+
+
 def _round_seed(config: RunConfig, server_round: int, partition_id: int) -> int:
     sequence = np.random.SeedSequence([config.seed, server_round, partition_id])
     return int(sequence.generate_state(1)[0])
@@ -328,6 +352,16 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     encoded = encode_update(changes, codec, residuals, np.random.default_rng(seed),
                             codec_of={name: buffer_codec for name in layout.buffers},
                             reference=received)
+    if codec.whole_update and layout.buffers:
+        # a sparse update moves the server's weights a little, the local statistics follow the
+        # locally trained weights: send those of the model the server will hold instead
+        sent_model = {**state, **{n: received[n] + encoded.sent[n] for n in layout.trainable}}
+        measured = measure_statistics(step, sent_model, layout.buffers, data, batch, seed,
+                                      config.lr)
+        changes.update({n: measured[n] - received[n] for n in layout.buffers})
+        encoded = encode_update(changes, codec, residuals, np.random.default_rng(seed),
+                                codec_of={name: buffer_codec for name in layout.buffers},
+                                reference=received)
     if feedback:
         _store_residuals(context, codecs_spec, encoded.residuals)
     programs = device.kernels.stats

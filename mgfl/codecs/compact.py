@@ -21,6 +21,12 @@ headers) as int8 records. A rotating subset of clients sending full-precision st
 cost less on average, but each round's statistics would then be those of two or three speakers
 of six: under the natural partition, a different biased set every round.
 
+Which statistics a client sends matters as much as how: a sparse update moves the server's
+weights by a few percent of the local change, so the statistics of the locally trained model do
+not fit the model the server will hold (measured: server accuracy stayed at chance, loss rising,
+for two rounds). Under stc the client therefore measures the statistics of the received weights
+plus what its update sends, on its own samples (``client_runtime.federated.measure_statistics``).
+
 Layout (the layout's arrays in order; ``bf16`` = bfloat16 little-endian)::
 
     b"MGC" | u8 version | u32 CRC-32 of the layout | 2 bits per array: 0 not sent, 1 sparse,

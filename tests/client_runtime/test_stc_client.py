@@ -1,0 +1,56 @@
+"""A client under the stc codec: one compact bundle whose BatchNorm statistics are those of the
+model the server will hold (received weights plus what the update sends), measured on the
+client's samples without moving its weights."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from client_runtime import federated
+from client_runtime.graph import OptimizerConfig
+from mgfl.codecs import decode_update
+from mgfl.flower_records import bundle_of
+from tests.client_runtime.test_app import (  # noqa: F401  (flower_identity: autouse fixture)
+    WITH_BUFFERS,
+    flower_identity,
+    node_context,
+    setup,
+    train_message,
+)
+
+
+def test_stc_reply_is_one_compact_bundle_with_measured_statistics():
+    config, _, layout, initial = setup({**WITH_BUFFERS, "codec": "stc:0.05"})
+    context = node_context()
+    reply = federated.train_round(train_message(config, layout, initial).content, context)
+    blob = bundle_of(reply)
+    assert blob[:3] == b"MGC"
+    assert reply["metrics"]["uplink-bytes"] == len(blob)
+    travelling = {n: np.asarray(initial[n], np.float32) for n in layout.travelling}
+    changes = decode_update(blob, layout.travelling_shapes(), reference=travelling)
+    assert set(layout.buffers) <= set(changes)
+    for name in layout.buffers:
+        assert np.all(np.isfinite(initial[name] + changes[name]))
+        if name.endswith("running_var"):
+            assert np.all(initial[name] + changes[name] > 0)
+    residual = context.state[federated.RESIDUAL_KEY]
+    assert set(residual) == set(layout.trainable)
+
+
+def test_measured_statistics_leave_the_weights_and_restore_the_learning_rate(device):
+    config, model, layout, initial = setup(WITH_BUFFERS)
+    data = federated.client_data(config, 0, 4)
+    optimizer = OptimizerConfig(name=config.optimizer, lr=config.lr)
+    step = federated._compiled_step(device, model, config.batch, initial,
+                                    set(layout.trainable), optimizer)
+    measured = federated.measure_statistics(step, initial, layout.buffers, data, config.batch,
+                                            seed=5, lr=config.lr)
+    after = step.get_state(list(layout.trainable))
+    for name in layout.trainable:
+        np.testing.assert_array_equal(after[name], initial[name])
+    assert any(not np.allclose(measured[n], initial[n]) for n in layout.buffers)
+    x = np.ascontiguousarray(data.x_train[:config.batch], np.float32)
+    y = np.ascontiguousarray(data.y_train[:config.batch], np.int32)
+    step.train_step(x, y)
+    moved = step.get_state(list(layout.trainable))
+    assert any(not np.array_equal(moved[n], initial[n]) for n in layout.trainable)
