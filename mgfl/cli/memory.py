@@ -19,7 +19,14 @@ console = Console()
 def memory(
     model: str = typer.Option("dscnn", help="Zoo model: mlp, lenet5, dscnn, mobilenetv2, cnn1d."),
     batch: int = typer.Option(32, min=1, help="Samples per step."),
-    freeze: str = typer.Option("all", help="Trainable set: all, head, last:K, bias, or names."),
+    freeze: str = typer.Option(
+        "all",
+        help=(
+            "Trainable set: all, head, last:K, bias (TinyTL: biases and BatchNorm shifts; "
+            "BatchNorms keep their running statistics, activations keep bit masks), bias+norm "
+            "(also BatchNorm scales, whose gradients keep each BatchNorm's input), or names."
+        ),
+    ),
     optimizer: str = typer.Option("sgd", help="sgd (momentum state) or adam (two states)."),
     input_shape: str = typer.Option(None, help="Override the input shape, e.g. 1,49,10."),
     num_classes: int = typer.Option(None, help="Override the number of classes."),
