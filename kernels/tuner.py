@@ -118,7 +118,7 @@ def gemm_candidates(device: cl.Device, shape: GemmShape) -> list[GemmConfig]:
     order = sorted(shuffled, key=lambda i: _distance(pool[i], base))
     budget = min(MAX_LOCAL_MEMORY, int(device.local_mem_size))
     limit = int(device.max_work_group_size)
-    out = [base, *blocked_candidates(device)]
+    out = [base, *(c for c in blocked_candidates(device) if c != base)]
     for index in order:
         config = pool[index]
         if config == base or config.local_memory_bytes > budget:
