@@ -55,7 +55,7 @@ class RunConfig:
     memory_budget: str = ""  # e.g. "64MB": the batch shrinks until the step fits
     seed: int = 0  # batch order and top-k rounding; mixed with round and partition
     # updates
-    codec: str = "none"  # uplink: none | fp16 | int8 | int8-channel | topk:F
+    codec: str = "none"  # uplink: none | fp16 | int8 | int8-channel | topk:F | stc:F[:B]
     buffer_codec: str = "auto"  # BatchNorm statistics; auto = the uplink codec, int8 if sparse
     downlink_codec: str = "none"  # none | fp16 (dense codecs only: clients start from it)
     # where things happen
