@@ -4,22 +4,34 @@ bytes it moves (``kernels.launch.Launch.flops`` / ``bytes_moved``).
 
 Per launch, a roofline: the launch takes as long as the slower of its arithmetic at the device's
 sustained rate and its memory traffic at the sustained bandwidth, plus a fixed launch overhead.
-A step adds the host-to-device copy of its batch. Kernels that are neither (poor occupancy,
-divergence) are what the model misses; ``docs/deploy.md`` gives the error against measured steps.
+Two corrections make it fit training steps, whose launches are mostly small and mostly not GEMMs:
+
+- occupancy: a launch of W work-items cannot use more than W of the device's ``lanes``, so it runs
+  at ``min(1, W / lanes)`` of the rate and bandwidth;
+- kernel class: depthwise, pooling, normalisation and element-wise kernels reach a different
+  fraction of the calibrated GEMM rate and copy bandwidth than the kernels that measured them; the
+  profile's ``efficiency`` per class (``mgfl.kernel_classes``) scales both.
+
+A step adds the host-to-device copy of its batch. ``docs/deploy.md`` gives the error against
+measured steps.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from mgfl.device_profiles import DeviceProfile
+from mgfl.kernel_classes import kernel_class
 
 
 class CountedWork(Protocol):
-    """What the model reads of a launch (``kernels.launch.Launch`` has both)."""
+    """What the model reads of a launch (``kernels.launch.Launch`` has all four)."""
 
+    name: str
+    global_size: tuple[int, ...]
     flops: int
     bytes_moved: int
 
@@ -53,9 +65,30 @@ class StepCost:
         }
 
 
-def kernel_seconds(flops: int, nbytes: int, profile: DeviceProfile) -> float:
-    """The roofline time of one launch, without its launch overhead."""
-    return max(flops / profile.sustained_flops, nbytes / profile.memory_bandwidth)
+def occupancy(work_items: int, lanes: int) -> float:
+    """The share of the device a launch of ``work_items`` can keep busy."""
+    return min(1.0, max(work_items, 1) / max(lanes, 1))
+
+
+def kernel_seconds(
+    flops: int, nbytes: int, profile: DeviceProfile, work_items: int | None = None,
+    kind: str | None = None,
+) -> float:
+    """The roofline time of one launch, without its launch overhead: at the occupancy of
+    ``work_items`` (full when not given) and the efficiency of the kernel class ``kind`` (1 when
+    not given)."""
+    share = occupancy(work_items, profile.lanes) if work_items is not None else 1.0
+    share *= profile.class_efficiency(kind) if kind is not None else 1.0
+    return max(flops / profile.sustained_flops, nbytes / profile.memory_bandwidth) / share
+
+
+def launch_seconds(launch: CountedWork, profile: DeviceProfile) -> tuple[float, bool]:
+    """The time of one launch without its overhead, and whether its arithmetic bounds it."""
+    seconds = kernel_seconds(launch.flops, launch.bytes_moved, profile,
+                             math.prod(launch.global_size), kernel_class(launch.name))
+    compute_bound = launch.flops / profile.sustained_flops >= (
+        launch.bytes_moved / profile.memory_bandwidth)
+    return seconds, compute_bound
 
 
 def predict(
@@ -65,12 +98,11 @@ def predict(
     compute = memory = 0.0
     count = flops = moved = 0
     for launch in launches:
-        arithmetic = launch.flops / profile.sustained_flops
-        traffic = launch.bytes_moved / profile.memory_bandwidth
-        if arithmetic >= traffic:
-            compute += arithmetic
+        seconds, compute_bound = launch_seconds(launch, profile)
+        if compute_bound:
+            compute += seconds
         else:
-            memory += traffic
+            memory += seconds
         count += 1
         flops += launch.flops
         moved += launch.bytes_moved

@@ -18,7 +18,8 @@ is used for every profile and is an upper bound for launches queued back to back
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 GB = 1e9
 GFLOPS = 1e9
@@ -47,6 +48,14 @@ SUSTAINED_FLOP_RULE = 0.40  # [rule] middle of 36-45% (facts-rules)
 SUSTAINED_MEMORY_RULE = 0.68  # [rule] middle of 65-70% (facts-rules)
 LAUNCH_OVERHEAD_S = 1.4e-3  # clpeak-t760, used for every profile (see the module docstring)
 
+# Kernel-class efficiencies (mgfl.kernel_classes) measured by client_runtime.calibration on the
+# reference device: PoCL 3.1 on 2 shared cores of an AMD EPYC (load ~11), 2026-11-30, by
+# `python examples/deploy/cost_model_check.py`. No phone GPU could be measured; these stand in.
+REFERENCE_EFFICIENCY: dict[str, float] = {
+    "gemm": 0.36, "convolution": 0.53, "pooling": 0.0084, "normalisation": 1.04,
+    "elementwise": 3.25, "copy": 0.53,
+}
+
 
 @dataclass(frozen=True)
 class DeviceProfile:
@@ -62,10 +71,19 @@ class DeviceProfile:
     memory_budget_bytes: int  # what the app's training may allocate
     sources: tuple[str, ...]
     notes: str = ""
+    # float32 lanes that run at once: a launch of fewer work-items leaves the rest idle (1: every
+    # launch fills the device, the plain roofline)
+    lanes: int = 1
+    # per kernel class (mgfl.kernel_classes): the fraction of the sustained rate and bandwidth
+    # that class reaches; a class not listed reaches all of it
+    efficiency: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def sustained_flops(self) -> float:
         return self.peak_flops * self.sustained_fraction
+
+    def class_efficiency(self, kind: str) -> float:
+        return self.efficiency.get(kind, 1.0)
 
     def to_dict(self) -> dict:
         return {
@@ -77,6 +95,8 @@ class DeviceProfile:
             "host_copy_gbps": self.host_copy_bandwidth / GB,
             "launch_overhead_ms": self.launch_overhead_s * 1e3,
             "memory_budget_mib": self.memory_budget_bytes / MIB,
+            "lanes": self.lanes,
+            "efficiency": dict(self.efficiency),
             "sources": [SOURCES[s] for s in self.sources],
             "notes": self.notes,
         }
@@ -90,6 +110,7 @@ def _phone(
     budget_mib: int,
     sources: tuple[str, ...],
     notes: str,
+    lanes: int,
     sustained_fraction: float = SUSTAINED_FLOP_RULE,
     dram_sustained_gbps: float | None = None,
 ) -> DeviceProfile:
@@ -105,6 +126,8 @@ def _phone(
         memory_budget_bytes=budget_mib * MIB,
         sources=(*sources, "facts-rules", "clpeak-t760"),
         notes=notes,
+        lanes=lanes,
+        efficiency=REFERENCE_EFFICIENCY,
     )
 
 
@@ -132,36 +155,65 @@ def _phone(
 # - Mali-G710: 1090 [derived: MP10 x 128 GFLOPS/GHz x 850 MHz, azhirnov-valhall]; 60 [derived:
 #   LPDDR5X-7500 x 64 bit, lpddr]; 1 GiB
 # - Mali-G610 MC6: 1459 @950 MHz, 532 measured FMA [as-en-g610]; 51.2 [as-en-g610]; 768 MiB
+#
+# Lanes (float32 lanes at once, what a launch must fill): an FMA lane gives 2 FLOP a clock, so
+# lanes = peak / (2 x clock) where the peak and clock are published, else ALUs or FMA/clk/core:
+# - Adreno 620: 256 [derived, unverified: the 256 ALUs assumed above]
+# - Adreno 630: 512 [derived, unverified: 727 GFLOPS / (2 x 710 MHz)]
+# - Adreno 640: 768 [derived: 898.5 GFLOPS / (2 x 585 MHz); azhirnov-adreno6 lists 384 ALUs,
+#   so each does two float32 FMAs a clock]
+# - Adreno 650: 1024 [derived: 1228 GFLOPS / (2 x 587 MHz) = 1046, 512 ALUs x 2]
+# - Adreno 660: 1024 [as-en-adreno660: 1024 ALUs; 1622 / (2 x 790 MHz) = 1027]
+# - Adreno 730: 1331 [derived, rough: Adreno 660's 1024 + 30%]
+# - Adreno 740: 1536 [azhirnov-adreno7: 1536 float32 lanes]
+# - Adreno 750: 1536 [derived: 3070 GFLOPS / (2 x 1 GHz) = 1535]
+# - Mali-G76 MP12: 288 [derived: 12 cores x 24 FMA/clk, azhirnov-bifrost]
+# - Mali-G78 MP20: 640 [derived: 20 cores x 32 FMA/clk, azhirnov-valhall]
+# - Mali-G710 MP10: 640 [derived: 10 cores x 64 FMA/clk, azhirnov-valhall]
+# - Mali-G610 MC6: 768 [derived: 1459 GFLOPS / (2 x 950 MHz), as-en-g610]
+#
+# Class efficiencies cannot be measured without the phone: every phone profile (and the H200's)
+# takes REFERENCE_EFFICIENCY, measured on the reference device below. This is the weakest part of
+# a phone prediction: a CPU's caches make streaming kernels faster against its DRAM copy bandwidth
+# than a phone GPU's would be.
 PROFILES: dict[str, DeviceProfile] = {
     p.name: p
     for p in (
         _phone("adreno-620", "Snapdragon 765G", 384, 17, 512, ("nanoreview",),
-               "peak [derived, unverified]: no public figure; 256 ALUs x 2 x 750 MHz assumed"),
+               "peak [derived, unverified]: no public figure; 256 ALUs x 2 x 750 MHz assumed",
+               lanes=256),
         _phone("adreno-630", "Snapdragon 845", 727, 29.9, 512, (),
-               "peak and bandwidth [unverified]: quoted without a primary source"),
+               "peak and bandwidth [unverified]: quoted without a primary source", lanes=512),
         _phone("adreno-640", "Snapdragon 855", 898.5, 34.1, 768,
                ("azhirnov-adreno6", "nanoreview"), "sustained DRAM measured: a touch below 30 GB/s",
-               dram_sustained_gbps=30.0),
-        _phone("adreno-650", "Snapdragon 865", 1228, 44, 1024, ("nanoreview", "notebookcheck"), ""),
+               dram_sustained_gbps=30.0, lanes=768),
+        _phone("adreno-650", "Snapdragon 865", 1228, 44, 1024, ("nanoreview", "notebookcheck"), "",
+               lanes=1024),
         _phone("adreno-660", "Snapdragon 888", 1622, 51.2, 1024, ("as-en-adreno660",),
                "sustained fraction measured: 728/1622 GFLOPS FMA; DRAM 35 GB/s measured",
-               sustained_fraction=728 / 1622, dram_sustained_gbps=35.0),
+               sustained_fraction=728 / 1622, dram_sustained_gbps=35.0, lanes=1024),
         _phone("adreno-730", "Snapdragon 8 Gen 1", 2000, 51.2, 1024,
-               ("notebookcheck", "nanoreview"), "peak [derived, rough]: +30% ALUs over Adreno 660"),
+               ("notebookcheck", "nanoreview"), "peak [derived, rough]: +30% ALUs over Adreno 660",
+               lanes=1331),
         _phone("adreno-740", "Snapdragon 8 Gen 2", 2100, 64, 1024,
                ("azhirnov-adreno7", "nanoreview", "clblast-513"),
                "peak [derived]: 1.8 TFLOPS at 600 MHz scaled to ~680 MHz; CLBlast SGEMM "
-               "463 GFLOPS"),
-        _phone("adreno-750", "Snapdragon 8 Gen 3", 3070, 77, 1024, ("azhirnov-adreno7",), ""),
+               "463 GFLOPS", lanes=1536),
+        _phone("adreno-750", "Snapdragon 8 Gen 3", 3070, 77, 1024, ("azhirnov-adreno7",), "",
+               lanes=1536),
         _phone("mali-g76", "Kirin 980 / Exynos 9820 (MP12)", 404, 34.1, 384,
                ("azhirnov-bifrost", "lpddr"),
-               "peak [derived] 12 cores x 48 FLOP/clk x 702 MHz; DRAM [derived] LPDDR4X-4266"),
+               "peak [derived] 12 cores x 48 FLOP/clk x 702 MHz; DRAM [derived] LPDDR4X-4266",
+               lanes=288),
         _phone("mali-g78", "Google Tensor (MP20)", 1090, 51.2, 768, ("azhirnov-valhall", "lpddr"),
-               "peak [derived] 20 cores x 64 FLOP/clk x 848 MHz; DRAM [derived] LPDDR5-6400"),
+               "peak [derived] 20 cores x 64 FLOP/clk x 848 MHz; DRAM [derived] LPDDR5-6400",
+               lanes=640),
         _phone("mali-g710", "Dimensity 9000 (MP10)", 1090, 60, 1024, ("azhirnov-valhall", "lpddr"),
-               "peak [derived] 10 cores x 128 GFLOPS/GHz x 850 MHz; DRAM [derived] LPDDR5X-7500"),
+               "peak [derived] 10 cores x 128 GFLOPS/GHz x 850 MHz; DRAM [derived] LPDDR5X-7500",
+               lanes=640),
         _phone("mali-g610", "Dimensity 8200 (MC6)", 1459, 51.2, 768, ("as-en-g610",),
-               "sustained fraction measured: 532/1459 GFLOPS FMA", sustained_fraction=532 / 1459),
+               "sustained fraction measured: 532/1459 GFLOPS FMA", sustained_fraction=532 / 1459,
+               lanes=768),
     )
 }
 
@@ -173,6 +225,8 @@ H200 = DeviceProfile(
     sustained_fraction=SUSTAINED_FLOP_RULE, memory_bandwidth=4.8e12 * SUSTAINED_MEMORY_RULE,
     host_copy_bandwidth=32 * GB, launch_overhead_s=5e-6, memory_budget_bytes=64 * 2**30,
     sources=("facts-rules",), notes="NVIDIA H200 brief: 60 TFLOPS fp32 (rounded), 4.8 TB/s",
+    lanes=132 * 128,  # 132 SMs (the driver's compute units) x 128 float32 lanes (Hopper)
+    efficiency=REFERENCE_EFFICIENCY,
 )
 
 # The mix `mgfl simulate --devices mix` draws from: each GPU once, so every generation appears.
