@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyopencl as cl
@@ -34,8 +35,10 @@ from client_runtime.trainer import TrainConfig, train
 from mgfl.codecs import decode_update, encode_update, get_codec
 from mgfl.flower_records import CONFIG_KEY, METRICS_KEY, bundle_of, bundle_record
 from mgfl.run_config import RunConfig
-from mgfl.simulated_phone import SimulatedPhone
 from mgfl.update_layout import UpdateLayout
+
+if TYPE_CHECKING:  # a deployed client is no simulated phone: the cost model loads on demand
+    from mgfl.simulated_phone import SimulatedPhone
 
 RESIDUAL_KEY = "mgfl-residual"
 RESIDUAL_CODEC_KEY = "mgfl-residual-codec"
@@ -231,6 +234,8 @@ def simulated_phone(config: RunConfig, partition_id: int) -> SimulatedPhone | No
     """The phone this client stands for when the run simulates a fleet (``devices``)."""
     if not config.devices.strip():
         return None
+    from mgfl.simulated_phone import SimulatedPhone
+
     return SimulatedPhone.of(config.devices, partition_id, config.uplink_mbps, config.seed)
 
 

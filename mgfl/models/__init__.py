@@ -1,4 +1,7 @@
-"""Model descriptions, the model zoo, initialisation and the float64 reference trainer."""
+"""Model descriptions, the model zoo, initialisation and the float64 reference trainer.
+
+``ReferenceTrainer`` is imported on first use: clients, which start a process per message on a
+deployed SuperNode, need the descriptions but never the float64 reference."""
 
 from mgfl.models.layers import (
     AvgPool2d,
@@ -18,7 +21,6 @@ from mgfl.models.layers import (
     dropout_seed,
 )
 from mgfl.models.model import Model, ResolvedLayer
-from mgfl.models.reference_trainer import ReferenceTrainer
 from mgfl.models.zoo import ZOO, ZooEntry, build_model
 
 __all__ = [
@@ -44,3 +46,11 @@ __all__ = [
     "build_model",
     "dropout_seed",
 ]
+
+
+def __getattr__(name: str):
+    if name == "ReferenceTrainer":
+        from mgfl.models.reference_trainer import ReferenceTrainer
+
+        return ReferenceTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
