@@ -249,7 +249,8 @@ def tinygrad_step_seconds(model, state: dict, x: np.ndarray, y: np.ndarray, repe
         one()
     warmup_s = time.perf_counter() - start
     seconds = median_wall_seconds(one, repeats, warmup=0)
-    return TinygradTiming(seconds, first_loss, warmup_s, f"{device.device_name}")
+    return TinygradTiming(seconds, first_loss, warmup_s,
+                          f"{device.device_name} ({device.driver_version})")
 
 
 # -- measured in a child process under a time budget -----------------------------------------
