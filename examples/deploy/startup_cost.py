@@ -28,11 +28,13 @@ from __future__ import annotations
 import time
 
 _STARTED = time.perf_counter()
+_STARTED_CPU = time.process_time()  # CPU seconds of this process so far: the interpreter's start
 
 # ruff: noqa: E402  (the clock above must start before any import)
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -53,15 +55,15 @@ def _top_level_packages() -> list[str]:
 def _child(args: argparse.Namespace) -> dict:
     """One fresh process: each phase timed on top of the previous ones."""
     phases: dict[str, float] = {}
-    clock = time.perf_counter()
+    cpu: dict[str, float] = {}
+    clock, cpu_clock = time.perf_counter(), time.process_time()
 
     def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        phases[name] = now - clock
-        clock = now
+        nonlocal clock, cpu_clock
+        now, cpu_now = time.perf_counter(), time.process_time()
+        phases[name], cpu[name] = now - clock, cpu_now - cpu_clock
+        clock, cpu_clock = now, cpu_now
 
-    clock = time.perf_counter()
     import numpy as np
 
     lap("numpy")
@@ -129,7 +131,10 @@ def _child(args: argparse.Namespace) -> dict:
     stats = device.kernels.stats
     return {
         "phases": phases,
+        "cpu": {"interpreter start": _STARTED_CPU, **cpu},
+        "cpu_so_far_s": time.process_time(),
         "since_start_s": time.perf_counter() - _STARTED,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "programs_compiled": stats["compiled"] - before["compiled"],
         "programs_from_disk": stats["loaded_from_disk"] - before["loaded_from_disk"],
         "packages_after_import": packages_after_import,
@@ -146,6 +151,7 @@ def _run_child(args: argparse.Namespace, importtime: bool = False) -> tuple[dict
     command = [sys.executable, *(["-X", "importtime"] if importtime else []), __file__, "--child",
                "--model", args.model, "--dataset", args.dataset, "--batch", str(args.batch),
                "--local-steps", str(args.local_steps), "--clients", str(args.clients)]
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env=os.environ)
@@ -153,11 +159,16 @@ def _run_child(args: argparse.Namespace, importtime: bool = False) -> tuple[dict
     reported = time.perf_counter()
     rest, errors = process.communicate()
     ended = time.perf_counter()
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_total = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime
+                                                               - cpu_before.ru_stime)
     if process.returncode != 0 or not report.strip():
         raise SystemExit(f"the measuring process failed:\n{report}{rest[-2000:]}"
                          f"{errors[-4000:]}")
     result = json.loads(report)
     result["wall_s"] = ended - started
+    result["cpu_s"] = cpu_total
+    result["cpu"]["exit"] = cpu_total - result["cpu_so_far_s"]
     result["phases"] = {"interpreter start": reported - started - result["since_start_s"],
                         **result["phases"], "exit": ended - reported}
     return result, errors
@@ -196,15 +207,20 @@ def main() -> None:
           f"{warm_up['programs_from_disk']} loaded from disk, {warm_up['wall_s']:.2f} s")
     runs = [_run_child(args)[0] for _ in range(args.runs)]
     medians = {p: statistics.median(r["phases"][p] for r in runs) for p in PHASES}
+    cpu_medians = {p: statistics.median(r["cpu"][p] for r in runs) for p in PHASES}
     total = statistics.median(r["wall_s"] for r in runs)
+    cpu_total = statistics.median(r["cpu_s"] for r in runs)
     print(f"\nmedian of {args.runs} fresh processes ({args.model} on {args.dataset}, batch "
-          f"{args.batch}, {args.local_steps} local step(s)):")
+          f"{args.batch}, {args.local_steps} local step(s)); CPU time counts every thread, "
+          "so it exceeds wall time where the OpenCL device computes on several cores:")
+    print(f"  {'phase':<22} {'wall':>8}    {'CPU':>8}")
     for phase in PHASES:
-        print(f"  {phase:<22} {medians[phase] * 1e3:8.0f} ms")
-    print(f"  {'whole process':<22} {total * 1e3:8.0f} ms")
+        print(f"  {phase:<22} {medians[phase] * 1e3:8.0f} ms {cpu_medians[phase] * 1e3:8.0f} ms")
+    print(f"  {'whole process':<22} {total * 1e3:8.0f} ms {cpu_total * 1e3:8.0f} ms")
     last = runs[-1]
     print(f"programs per process: {last['programs_compiled']} compiled, "
-          f"{last['programs_from_disk']} from disk")
+          f"{last['programs_from_disk']} from disk; peak resident memory "
+          f"{last['peak_rss_bytes'] / 2**20:.0f} MiB")
     for when in ("import", "message"):
         heavy = sorted(set(HEAVY_MODULES) & set(last[f"packages_after_{when}"]))
         print(f"heavy modules loaded after the {when}: {', '.join(heavy) or 'none'}")
@@ -218,7 +234,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"settings": vars(args), "median_s": medians, "median_total_s": total,
-                       "runs": runs}, out, indent=2)
+                       "median_cpu_s": cpu_medians, "median_total_cpu_s": cpu_total,
+                       "load_average": os.getloadavg(), "runs": runs}, out, indent=2)
 
 
 if __name__ == "__main__":

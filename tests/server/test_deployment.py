@@ -138,7 +138,7 @@ class Federation:
     def nodes(self) -> list[dict]:
         listed = subprocess.run([str(BIN / "flwr"), "supernode", "list", "deploy", "--format",
                                  "json"], env=self.env, capture_output=True, text=True,
-                                timeout=60)
+                                timeout=180)
         if listed.returncode != 0:
             return []
         return json.loads(listed.stdout).get("nodes", [])
@@ -186,29 +186,35 @@ def tls_handshake(port: int, ca: Path) -> bool:
         return False
 
 
+@pytest.mark.slow  # 2.5-8 minutes on the shared 2-core machine: Flower's processes start slowly
 def test_two_supernodes_over_tls_with_node_authentication_improve_the_model(device, federation):
     fed = federation
     wait_for(lambda: tls_handshake(fed.port, fed.keys / "ca.crt"), 120, "the SuperLink's TLS",
              fed.logs)
-    for i in range(2):
-        registered = fed.script("register_node.sh", f"keys/node-{i}.pub")
-        assert registered.returncode == 0, registered.stdout + registered.stderr
+    registered = fed.script("register_node.sh", "keys/node-0.pub")
+    assert registered.returncode == 0, registered.stdout + registered.stderr
     # a key registered twice is reported as registered, not as a failure
     again = fed.script("register_node.sh", "keys/node-0.pub")
     assert again.returncode == 0 and "already registered" in again.stdout
-    assert sorted(n["status"] for n in fed.nodes()) == ["registered", "registered"]
 
+    # the race seen before: node 1 starts before its key is registered; it is refused, and its
+    # script starts it again until the registration has arrived
     for i in range(2):
         fed.start(f"supernode-{i}", ["bash", str(SCRIPTS / "start_supernode.sh"), "keys", str(i),
                                      "2", f"127.0.0.1:{fed.port}", str(free_port())],
-                  MGFL_SUPERNODE_RETRY_S="5")
-    wait_for(lambda: [n["status"] for n in fed.nodes()] == ["online", "online"], 180,
+                  MGFL_SUPERNODE_RETRY_S="5", MGFL_SUPERNODE_ATTEMPTS="20")
+    node_1_log = fed.logs[-1]
+    wait_for(lambda: "attempt 1 of 20" in node_1_log.read_text(errors="replace"), 300,
+             "node 1 refused while unregistered", fed.logs)
+    registered = fed.script("register_node.sh", "keys/node-1.pub")
+    assert registered.returncode == 0, registered.stdout + registered.stderr
+    wait_for(lambda: [n["status"] for n in fed.nodes()] == ["online", "online"], 300,
              "both SuperNodes online", fed.logs)
 
     out = fed.root / "run"
     run = subprocess.run(
         ["bash", str(SCRIPTS / "submit_run.sh"), str(REPO), f"{RUN_CONFIG} output-dir='{out}'"],
-        env=fed.env, cwd=fed.root, capture_output=True, text=True, timeout=420)
+        env=fed.env, cwd=fed.root, capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:] + tails(fed.logs)
     history = json.loads((out / "history.json").read_text())
     rounds = history["rounds"]
