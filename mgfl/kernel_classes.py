@@ -37,7 +37,7 @@ _MEMBERS = {
         "relu_forward", "relu6_forward", "relu_backward", "relu6_backward",
         "relu_forward_mask", "relu6_forward_mask", "masked_backward", "add_forward",
         "accumulate", "bias_activation", "dropout", "sgd_plain", "sgd_momentum", "adam_update",
-        "increment_step",
+        "sgd_plain_multi", "sgd_momentum_multi", "adam_update_multi", "increment_step",
     ),
     COPY: ("copy", "fill", "im2col", "col2im"),
 }  # fmt: skip

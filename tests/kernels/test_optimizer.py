@@ -123,3 +123,200 @@ def test_inconsistent_settings_are_rejected(lib, bufs):
         optimizer.sgd_update(lib, b, b, None, n=4, lr=0.1, momentum=0.9)
     with pytest.raises(ValueError, match="beta2"):
         optimizer.adam_update(lib, b, b, b, b, b, n=4, lr=0.1, beta2=1.0)
+
+
+# -- multi-tensor updates: every tensor in one launch over one shared buffer -----------------------
+
+
+class _Arena:
+    """Tensors of several odd sizes packed into one float buffer at unaligned element offsets
+    (gaps of 1-3 floats), followed by the update table and the step counter."""
+
+    def __init__(self, device, rng, sizes, states_per_tensor):
+        self.device = device
+        offset, self.tensors = 0, []
+        for n in sizes:
+            fields = []
+            for _ in range(2 + states_per_tensor):  # param, grad, states
+                offset += int(rng.integers(1, 4))
+                fields.append(offset)
+                offset += n
+            self.tensors.append(optimizer.ArenaTensor(n, fields[0], fields[1], tuple(fields[2:])))
+        table = optimizer.update_table(self.tensors)
+        self.table_offset = offset + 1
+        self.step_offset = self.table_offset + len(table) + 1
+        self.host = np.full(self.step_offset + 1, np.nan, np.float32)
+        self.host.view(np.int32)[self.table_offset : self.table_offset + len(table)] = table
+        self.host.view(np.int32)[self.step_offset] = 1
+        flags = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
+        self.buffer = cl.Buffer(device.context, flags, hostbuf=self.host)
+
+    # Whole-buffer copies only: oclgrind's --uninitialized check loses track of the rest of a
+    # buffer after a write at an offset into it.
+    def _download(self) -> np.ndarray:
+        out = np.empty_like(self.host)
+        cl.enqueue_copy(self.device.queue, out, self.buffer)
+        self.device.queue.finish()
+        return out
+
+    def write(self, element_offset: int, array) -> None:
+        host = self._download()
+        data = np.ascontiguousarray(array, np.float32)
+        host[element_offset : element_offset + data.size] = data
+        cl.enqueue_copy(self.device.queue, self.buffer, host)
+
+    def set_step(self, t: int) -> None:
+        host = self._download()
+        host.view(np.int32)[self.step_offset] = t
+        cl.enqueue_copy(self.device.queue, self.buffer, host)
+
+    def read(self, element_offset: int, n: int) -> np.ndarray:
+        return self._download()[element_offset : element_offset + n]
+
+
+def _multi_sizes(rng):
+    return [1, 2, 3, 5, 8, *odd_sizes(rng, 3, 7, scale(3000, 150))]
+
+
+@pytest.mark.parametrize("settings", SGD_SETTINGS)
+@pytest.mark.parametrize("zero_grads", [False, True])
+def test_multi_tensor_sgd_matches_reference(device, lib, rng, settings, zero_grads):
+    sizes = _multi_sizes(rng)
+    momentum = settings["momentum"]
+    arena = _Arena(device, rng, sizes, 1 if momentum else 0)
+    expected, velocity = [], []
+    for t in arena.tensors:
+        param = rng.normal(size=t.n).astype(np.float32)
+        arena.write(t.param, param)
+        expected.append(param.astype(np.float64))
+        if momentum:
+            arena.write(t.states[0], np.zeros(t.n, np.float32))
+        velocity.append(np.zeros(t.n) if momentum else None)
+    launches = optimizer.sgd_update_multi(lib, arena.buffer, arena.tensors,
+                                          table_offset=arena.table_offset, lr=0.05,
+                                          zero_grads=zero_grads, **settings)
+    assert len(launches) == 1
+    for _ in range(STEPS):
+        for i, t in enumerate(arena.tensors):
+            grad = rng.normal(size=t.n).astype(np.float32)
+            arena.write(t.grad, grad)
+            expected[i], velocity[i] = ref.sgd_update(expected[i], grad, velocity[i], lr=0.05,
+                                                      **settings)
+        run(device.queue, launches)
+    for i, t in enumerate(arena.tensors):
+        assert_close(arena.read(t.param, t.n), expected[i])
+        if momentum:
+            assert_close(arena.read(t.states[0], t.n), velocity[i])
+        grad = arena.read(t.grad, t.n)
+        assert np.all(grad == 0) if zero_grads else np.all(np.isfinite(grad))
+    gaps = np.ones(len(arena.host), bool)  # nothing between the tensors is written
+    gaps[arena.table_offset :] = False
+    for t in arena.tensors:
+        for offset in (t.param, t.grad, *t.states):
+            gaps[offset : offset + t.n] = False
+    assert np.all(np.isnan(arena.read(0, len(arena.host))[gaps]))
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.02])
+def test_multi_tensor_adam_over_several_steps_matches_reference(device, lib, rng, weight_decay):
+    hyper = {"lr": 0.01, "beta1": 0.85, "beta2": 0.995, "eps": 1e-6, "weight_decay": weight_decay}
+    arena = _Arena(device, rng, _multi_sizes(rng), 2)
+    expected = []
+    for t in arena.tensors:
+        param = rng.normal(size=t.n).astype(np.float32)
+        arena.write(t.param, param)
+        for state in t.states:
+            arena.write(state, np.zeros(t.n, np.float32))
+        expected.append((param.astype(np.float64), np.zeros(t.n), np.zeros(t.n)))
+    launches = optimizer.adam_update_multi(lib, arena.buffer, arena.tensors,
+                                           table_offset=arena.table_offset,
+                                           step_offset=arena.step_offset, **hyper)
+    for step in range(1, STEPS + 1):
+        arena.set_step(step)
+        for i, t in enumerate(arena.tensors):
+            grad = rng.normal(size=t.n).astype(np.float32)
+            arena.write(t.grad, grad)
+            expected[i] = ref.adam_update(*expected[i][:1], grad, *expected[i][1:], step, **hyper)
+        run(device.queue, launches)
+    for (param, m, v), t in zip(expected, arena.tensors, strict=True):
+        assert_close(arena.read(t.param, t.n), param)
+        assert_close(arena.read(t.states[0], t.n), m)
+        assert_close(arena.read(t.states[1], t.n), v)
+
+
+@pytest.mark.parametrize("name", ["sgd", "nesterov", "adam"])
+def test_multi_tensor_update_is_bitwise_the_single_tensor_update(device, lib, bufs, rng, name):
+    """Same arithmetic per element: the one-launch update reproduces the per-tensor kernels."""
+    states = 2 if name == "adam" else 1
+    arena = _Arena(device, rng, _multi_sizes(rng), states)
+    arena.set_step(3)
+    hyper = {"lr": 0.03, "weight_decay": 0.01}
+    if name != "adam":
+        hyper.update(momentum=0.9, nesterov=name == "nesterov")
+    singles = []
+    for t in arena.tensors:
+        values = [rng.normal(size=t.n).astype(np.float32) for _ in range(2 + states)]
+        if name == "adam":
+            values[3] = np.abs(values[3])
+        for offset, value in zip((t.param, t.grad, *t.states), values, strict=True):
+            arena.write(offset, value)
+        single = [bufs.up(value) for value in values]
+        if name == "adam":
+            launches = optimizer.adam_update(lib, *single, bufs.up(np.array([3], np.int32)),
+                                             n=t.n, **hyper)
+        else:
+            launches = optimizer.sgd_update(lib, *single, n=t.n, **hyper)
+        run(device.queue, launches)
+        singles.append(single)
+    if name == "adam":
+        run(device.queue, optimizer.adam_update_multi(
+            lib, arena.buffer, arena.tensors, table_offset=arena.table_offset,
+            step_offset=arena.step_offset, **hyper))
+    else:
+        run(device.queue, optimizer.sgd_update_multi(
+            lib, arena.buffer, arena.tensors, table_offset=arena.table_offset, **hyper))
+    for t, single in zip(arena.tensors, singles, strict=True):
+        for offset, buf in zip((t.param, *t.states), (single[0], *single[2:]), strict=True):
+            np.testing.assert_array_equal(arena.read(offset, t.n), bufs.down(buf, t.n))
+
+
+def test_set_learning_rate_changes_multi_tensor_launches(device, lib, rng):
+    arena = _Arena(device, rng, [7, 13], 0)
+    params, grads = [], []
+    for t in arena.tensors:
+        params.append(rng.normal(size=t.n).astype(np.float32))
+        grads.append(rng.normal(size=t.n).astype(np.float32))
+        arena.write(t.param, params[-1])
+        arena.write(t.grad, grads[-1])
+    launches = optimizer.sgd_update_multi(lib, arena.buffer, arena.tensors,
+                                          table_offset=arena.table_offset, lr=1.0)
+    optimizer.set_learning_rate(launches, 0.003)
+    run(device.queue, launches)
+    for t, param, grad in zip(arena.tensors, params, grads, strict=True):
+        assert_close(arena.read(t.param, t.n), ref.sgd_update(param, grad, lr=0.003)[0])
+
+
+def test_update_table_layout_and_checks(lib, bufs):
+    tensors = [optimizer.ArenaTensor(5, 0, 8, (16,)), optimizer.ArenaTensor(8, 24, 32, (40,))]
+    table = optimizer.update_table(tensors)
+    assert table.dtype == np.int32
+    assert len(table) == optimizer.update_table_length(2)
+    assert list(table[:3]) == [0, 2, 4]  # ceil(5/4), then + 8/4 work-items
+    assert list(table[3:]) == [5, 0, 8, 16, 0, 8, 24, 32, 40, 0]
+    assert optimizer.element_offset(1024) == 256
+    with pytest.raises(ValueError, match="whole number of floats"):
+        optimizer.element_offset(1026)
+    with pytest.raises(ValueError, match="at least one tensor"):
+        optimizer.update_table([])
+    with pytest.raises(ValueError, match="n >= 1"):
+        optimizer.update_table([optimizer.ArenaTensor(0, 0, 0)])
+    with pytest.raises(OverflowError):
+        optimizer.update_table([optimizer.ArenaTensor(4, 2**31, 0)])
+    b = bufs.empty(4)
+    with pytest.raises(ValueError, match="one velocity state"):
+        optimizer.sgd_update_multi(lib, b, tensors[:1] + [optimizer.ArenaTensor(3, 0, 4)],
+                                   table_offset=0, lr=0.1, momentum=0.9)
+    with pytest.raises(ValueError, match="two states"):
+        optimizer.adam_update_multi(lib, b, tensors, table_offset=0, step_offset=0, lr=0.1)
+    with pytest.raises(ValueError, match="Nesterov"):
+        optimizer.sgd_update_multi(lib, b, tensors, table_offset=0, lr=0.1, nesterov=True)
