@@ -2,6 +2,13 @@
 maximum of each window), average pooling (divides by the whole window, zero padding counted) and
 global average pooling, forward and backward.
 
+The window geometry is built into the program (one program per geometry, like the depthwise
+kernels), so the loops over a window have constant bounds. Max pooling whose windows tile the input
+(stride == window, no padding: LeNet-5's and the 1-D CNN's) takes a vector path: a work-item owns a
+block of neighbouring windows, the forward writes their maxima and the backward every input
+gradient under them. On CPUs the blocks are as wide as the native float vector and several rows
+tall; on GPUs 4 wide and one row tall, which keeps enough work-items in flight.
+
 ``flops`` counts comparisons and additions as one operation; ``bytes_moved`` counts each tensor a
 kernel reads or writes once.
 """
@@ -12,14 +19,39 @@ from collections.abc import Mapping
 
 import pyopencl as cl
 
-from kernels.conv_launch import check_group, check_index_range, resolve_defines, window_args
+from kernels.conv_launch import ceil_div, check_group, check_index_range, resolve_defines
 from kernels.conv_shape import ConvShape
 from kernels.launch import Launch, round_up
 from kernels.library import KernelLibrary, as_int
 
 PROGRAM = "pool"
 
-DEFAULTS: dict[str, int] = {"POOL_WG": 64, "GAP_WG": 64}
+VECTOR_WIDTHS = (1, 2, 4, 8, 16)
+
+GPU_DEFAULTS: dict[str, int] = {"POOL_WG": 64, "POOL_PB": 4, "POOL_RB": 1, "GAP_WG": 64}
+# A CPU driver runs a work-group's items one after another: items that take 8 windows of 4 rows
+# pay the per-item bookkeeping once per 32 windows, and 8 lanes fill an AVX register.
+CPU_DEFAULTS: dict[str, int] = {**GPU_DEFAULTS, "POOL_PB": 8, "POOL_RB": 4}
+DEFAULTS = GPU_DEFAULTS  # GPUs and other devices; default_tuning picks by device type
+
+
+def default_tuning(device: cl.Device) -> dict[str, int]:
+    """The defaults for the device type; a CPU's blocks are as wide as its float vectors (at
+    least 4, at most 16)."""
+    if not device.type & cl.device_type.CPU:
+        return dict(GPU_DEFAULTS)
+    native = int(device.native_vector_width_float)
+    width = max(w for w in VECTOR_WIDTHS if w <= max(4, min(native, 16)))
+    return {**CPU_DEFAULTS, "POOL_PB": width}
+
+
+def tiles(shape: ConvShape) -> bool:
+    """Whether the windows tile the input (stride == window, no padding): no two windows share an
+    input, so max pooling takes the vector path."""
+    return (
+        shape.stride_h == shape.r and shape.stride_w == shape.s
+        and shape.pad_h == 0 and shape.pad_w == 0
+    )
 
 
 def _check_pool(shape: ConvShape) -> None:
@@ -39,6 +71,44 @@ def _check_max_padding(shape: ConvShape) -> None:
         )
 
 
+def _defines(lib: KernelLibrary, shape: ConvShape, tuning: Mapping[str, int] | None) -> dict:
+    """Tuning defines (checked) plus the window geometry the program is built for. A block of
+    2-wide windows is loaded as one vector of twice its width, so it is at most 8 windows."""
+    defines = resolve_defines(default_tuning(lib.device), tuning)
+    if defines["POOL_PB"] not in VECTOR_WIDTHS:
+        raise ValueError(
+            f"POOL_PB is a vector width and must be one of {VECTOR_WIDTHS}, "
+            f"got {defines['POOL_PB']}"
+        )
+    if shape.s == 2:
+        defines["POOL_PB"] = min(defines["POOL_PB"], 8)
+    defines.update(
+        POOL_R=shape.r, POOL_S=shape.s, POOL_SH=shape.stride_h, POOL_SW=shape.stride_w,
+        POOL_PH=shape.pad_h, POOL_PW=shape.pad_w,
+    )
+    return defines
+
+
+def _sizes(shape: ConvShape) -> tuple:
+    return tuple(
+        as_int(v) for v in (shape.n * shape.c, shape.h, shape.w, shape.out_h, shape.out_w)
+    )
+
+
+def _block_grid(
+    lib: KernelLibrary, blocks: int, rows: int, planes: int, group: int
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(global, local) sizes over (blocks of a row, rows, planes): a work-group of at most
+    ``group`` items takes whole rows where it can, so few items fall past the edges, and stays
+    within the device's limit per dimension."""
+    limits = [int(v) for v in lib.device.max_work_item_sizes]
+    l0 = min(blocks, group, limits[0])
+    l1 = min(rows, group // l0, limits[1])
+    l2 = min(planes, group // (l0 * l1), limits[2])
+    local = (l0, l1, l2)
+    return (round_up(blocks, l0), round_up(rows, l1), round_up(planes, l2)), local
+
+
 def _windowed(
     lib: KernelLibrary,
     kernel_name: str,
@@ -49,17 +119,42 @@ def _windowed(
     flops: int,
     nbytes: int,
 ) -> list[Launch]:
-    defines = resolve_defines(DEFAULTS, tuning)
+    """A general-path launch: one output or input element per work-item."""
+    defines = _defines(lib, shape, tuning)
     group = defines["POOL_WG"]
     check_group(lib, kernel_name, (group,))
     kernel = lib.kernel(PROGRAM, kernel_name, defines)
-    sizes = (as_int(shape.n * shape.c), as_int(shape.h), as_int(shape.w))
-    kernel.set_args(*buffers, *sizes, *window_args(shape))
+    kernel.set_args(*buffers, *_sizes(shape))
     return [
         Launch(
             kernel_name, kernel, (round_up(items, group),), (group,), flops, nbytes,
             keep_alive=list(buffers),
         )
+    ]
+
+
+def _tiled(
+    lib: KernelLibrary,
+    kernel_name: str,
+    buffers: tuple[cl.Buffer, ...],
+    shape: ConvShape,
+    tuning: Mapping[str, int] | None,
+    flops: int,
+    nbytes: int,
+) -> list[Launch]:
+    """A tiled-path launch: one work-item per block of POOL_PB x POOL_RB windows."""
+    defines = _defines(lib, shape, tuning)
+    global_size, local = _block_grid(
+        lib,
+        ceil_div(shape.out_w, defines["POOL_PB"]), ceil_div(shape.out_h, defines["POOL_RB"]),
+        shape.n * shape.c,
+        defines["POOL_WG"],
+    )
+    check_group(lib, kernel_name, local)
+    kernel = lib.kernel(PROGRAM, kernel_name, defines)
+    kernel.set_args(*buffers, *_sizes(shape))
+    return [
+        Launch(kernel_name, kernel, global_size, local, flops, nbytes, keep_alive=list(buffers))
     ]
 
 
@@ -75,6 +170,9 @@ def maxpool_forward(
     _check_pool(shape)
     _check_max_padding(shape)
     flops = shape.y_size * shape.r * shape.s
+    if tiles(shape):
+        nbytes = 4 * (shape.y_size * shape.r * shape.s + shape.y_size)
+        return _tiled(lib, "maxpool_forward", (x, y), shape, tuning, flops, nbytes)
     nbytes = 4 * (shape.x_size + shape.y_size)
     return _windowed(
         lib, "maxpool_forward", (x, y), shape.y_size, shape, tuning, flops, nbytes
@@ -91,9 +189,15 @@ def maxpool_backward(
     tuning: Mapping[str, int] | None = None,
 ) -> list[Launch]:
     """``dx`` (overwritten): each input element gathers ``dy`` of the windows whose first maximum
-    (recomputed from ``x``) it is."""
+    (recomputed from ``x``) it is. Tiling windows each write their own inputs' gradients
+    instead (and zeros where no window reaches)."""
     _check_pool(shape)
     _check_max_padding(shape)
+    if tiles(shape):
+        covered = shape.y_size * shape.r * shape.s
+        flops = covered
+        nbytes = 4 * (covered + shape.y_size + shape.x_size)
+        return _tiled(lib, "maxpool_backward", (x, dy, dx), shape, tuning, flops, nbytes)
     windows_per_input = -(-shape.r // shape.stride_h) * -(-shape.s // shape.stride_w)
     flops = shape.x_size * windows_per_input * (shape.r * shape.s + 1)
     nbytes = 4 * (2 * shape.x_size + shape.y_size)
@@ -158,7 +262,7 @@ def global_avgpool_forward(
     """``y (n, c)`` = the mean of ``x (n, c, hw)`` over its ``hw`` spatial positions: one
     work-group per (n, c) row."""
     _check_global(n, c, hw)
-    defines = resolve_defines(DEFAULTS, tuning)
+    defines = resolve_defines(default_tuning(lib.device), tuning)
     group = defines["GAP_WG"]
     check_group(lib, "global_avgpool_forward", (group,), group, power_of_two=True)
     kernel = lib.kernel(PROGRAM, "global_avgpool_forward", defines)
@@ -183,7 +287,7 @@ def global_avgpool_backward(
 ) -> list[Launch]:
     """``dx (n, c, hw)`` (overwritten) = ``dy (n, c) / hw`` at every position."""
     _check_global(n, c, hw)
-    defines = resolve_defines(DEFAULTS, tuning)
+    defines = resolve_defines(default_tuning(lib.device), tuning)
     group = defines["POOL_WG"]
     check_group(lib, "global_avgpool_backward", (group,))
     kernel = lib.kernel(PROGRAM, "global_avgpool_backward", defines)

@@ -14,6 +14,9 @@ from tests.kernels.conv_cases import Window, as_f32, random_shape
 
 POOL_WINDOWS = [
     Window(2, 2, 2, 2),
+    Window(3, 3, 3, 3),
+    Window(3, 2, 3, 2),
+    Window(2, 1, 2, 1),
     Window(3, 3, 2, 2, 1, 1),
     Window(3, 3, 1, 1, 1, 1),
     Window(5, 5, 2, 2, 2, 2),
@@ -89,8 +92,10 @@ def test_avgpool_counts_zero_padding():
         ConvShape(n=2, c=3, h=5, w=6, k=3, r=3, s=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
         ConvShape(n=1, c=2, h=1, w=9, k=2, r=1, s=2, stride_w=2),
         ConvShape(n=1, c=2, h=7, w=5, k=2, r=3, s=2, stride_h=1, stride_w=2, pad_h=2, pad_w=1),
+        ConvShape(n=2, c=2, h=5, w=9, k=2, r=2, s=2, stride_h=2, stride_w=2),
+        ConvShape(n=1, c=3, h=7, w=8, k=3, r=3, s=3, stride_h=3, stride_w=3),
     ],
-    ids=["3x3-stride2-pad1", "1d-1x2", "3x2-overlapping"],
+    ids=["3x3-stride2-pad1", "1d-1x2", "3x2-overlapping", "2x2-tiles", "3x3-tiles"],
 )
 def test_backward_matches_finite_differences(device, lib, bufs, rng, shape: ConvShape):
     # Distinct values spaced well apart: the maximum of each window is stable under eps.
@@ -153,6 +158,75 @@ def test_tuning_defines_change_the_grouping_not_the_result(device, lib, bufs, rn
     assert_close(bufs.down(bgap, gap.shape), gap)
 
 
+TILED_WINDOWS = [
+    Window(2, 2, 2, 2), Window(1, 2, 1, 2, one_row=True), Window(2, 1, 2, 1), Window(3, 3, 3, 3),
+]
+
+
+def _padded(bufs, count: int, tail: int, sentinel: float, values: np.ndarray | None = None):
+    """A buffer of ``count`` elements (NaN, or ``values``) followed by ``tail`` sentinels: what a
+    kernel writes past its tensor shows up."""
+    data = np.full(count + tail, sentinel, np.float32)
+    data[:count] = np.nan if values is None else values.reshape(-1)
+    return bufs.up(data)
+
+
+# (POOL_PB, POOL_RB): every vector width, one row or several (the GPU and the CPU defaults among
+# them).
+BLOCKS = [(1, 1), (2, 3), (4, 1), (8, 4), (16, 2)]
+
+
+@pytest.mark.parametrize(("width", "rows"), BLOCKS, ids=lambda v: str(v))
+@pytest.mark.parametrize("win", TILED_WINDOWS, ids=str)
+def test_tiled_maxpool_at_every_vector_width(
+    device, lib, bufs, rng, win: Window, width: int, rows: int
+):
+    """Windows that tile the input, at every block width: the maxima, dy at the first maximum,
+    zeros under the rest and in the rows and columns no window covers, nothing past the tensors.
+    Sizes that are not multiples of the window leave such rows and columns."""
+    shape = random_shape(rng, win, same_channels=True)
+    shape = ConvShape(
+        n=shape.n, c=shape.c, h=shape.h if win.one_row else shape.h + win.r,
+        w=shape.w + win.s + 1, k=shape.c, r=win.r, s=win.s, stride_h=win.r, stride_w=win.s,
+    )
+    assert pool.tiles(shape)
+    x = _input(rng, shape, ties=True)
+    dy = as_f32(rng, (shape.n, shape.c, shape.out_h, shape.out_w))
+    tail, sentinel = 40, 7.25
+    bx = _padded(bufs, shape.x_size, tail, sentinel, x)
+    by = _padded(bufs, shape.y_size, tail, sentinel)
+    bdx = _padded(bufs, shape.x_size, tail, sentinel)
+    tuning = {"POOL_PB": width, "POOL_RB": rows}
+    run(device.queue, [
+        *pool.maxpool_forward(lib, bx, by, shape=shape, tuning=tuning),
+        *pool.maxpool_backward(lib, bx, bufs.up(dy), bdx, shape=shape, tuning=tuning),
+    ])
+    y, dx = bufs.down(by, shape.y_size + tail), bufs.down(bdx, shape.x_size + tail)
+    expected_y = ref.maxpool_forward(x, shape)
+    np.testing.assert_array_equal(y[: shape.y_size].reshape(expected_y.shape), expected_y)
+    expected_dx = ref.maxpool_backward(x, dy, shape)
+    np.testing.assert_array_equal(dx[: shape.x_size].reshape(x.shape), expected_dx)
+    assert np.all(y[shape.y_size:] == sentinel) and np.all(dx[shape.x_size:] == sentinel)
+
+
+def test_tiling_windows_take_the_block_path(lib, bufs):
+    """Tiling windows run one work-item per block of windows over a 3-D grid; overlapping or
+    padded ones one work-item per element."""
+    tiled = ConvShape(n=2, c=3, h=9, w=9, k=3, r=2, s=2, stride_h=2, stride_w=2)
+    padded = ConvShape(n=2, c=3, h=9, w=9, k=3, r=2, s=2, stride_h=2, stride_w=2, pad_h=1)
+    overlapping = ConvShape(n=2, c=3, h=9, w=9, k=3, r=3, s=3, stride_h=2, stride_w=2)
+    assert pool.tiles(tiled) and not pool.tiles(padded) and not pool.tiles(overlapping)
+    buf = bufs.empty(tiled.x_size)
+    tuning = {"POOL_PB": 4, "POOL_RB": 2, "POOL_WG": 64}
+    (launch,) = pool.maxpool_backward(lib, buf, buf, buf, shape=tiled, tuning=tuning)
+    # 4 windows of a row in 1 block, 4 rows of windows in 2 blocks, 6 planes.
+    assert launch.global_size == (1, 2, 6) and launch.local_size == (1, 2, 6)
+    assert launch.flops == tiled.y_size * 4
+    for shape in (padded, overlapping):
+        (launch,) = pool.maxpool_backward(lib, buf, buf, buf, shape=shape, tuning=tuning)
+        assert len(launch.global_size) == 1 and launch.global_size[0] >= shape.x_size
+
+
 def test_bad_arguments_are_clear_errors(lib, bufs):
     buf = bufs.empty(64)
     with pytest.raises(ValueError, match="smaller than"):
@@ -160,5 +234,8 @@ def test_bad_arguments_are_clear_errors(lib, bufs):
         pool.maxpool_forward(lib, buf, buf, shape=shape)
     with pytest.raises(ValueError, match="channel count"):
         pool.avgpool_forward(lib, buf, buf, shape=ConvShape(n=1, c=1, h=4, w=4, k=2, r=2, s=2))
+    with pytest.raises(ValueError, match="vector width"):
+        shape = ConvShape(n=1, c=1, h=4, w=4, k=1, r=2, s=2, stride_h=2, stride_w=2)
+        pool.maxpool_forward(lib, buf, buf, shape=shape, tuning={"POOL_PB": 3})
     with pytest.raises(ValueError, match="positive hw"):
         pool.global_avgpool_forward(lib, buf, buf, n=1, c=1, hw=0)
