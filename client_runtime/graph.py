@@ -14,9 +14,12 @@ Conventions:
   without it the BatchNorm runs in place over the output of the weight layer before it.
 - Backward walks the layers in reverse and stops at the earliest trainable layer: no input gradient
   is computed for a layer that has nothing trainable before it.
-- A parameter's optimizer update is emitted right after the backward of its layer (after the input
-  gradient, which still reads the old weight), so its gradient lives only for that moment. With
-  gradient accumulation (micro-batches) gradients instead persist and updates run at the end.
+- By default (``fused_update``) one launch updates every trainable parameter after the last
+  backward op: launches, not the update's arithmetic, are what it costs on a phone. That op reads
+  every gradient, so gradients live until the end of backward. Without it, a parameter's update is
+  emitted right after the backward of its layer (after the input gradient, which still reads the
+  old weight), so its gradient lives only for that moment. With gradient accumulation
+  (micro-batches) gradients persist and the updates run once per effective batch.
 """
 
 from __future__ import annotations
@@ -47,7 +50,20 @@ from mgfl.models import layers as L
 from mgfl.models.frozen_statistics import frozen_statistics_layers
 from mgfl.models.model import Model, ResolvedLayer
 
-Views = dict  # tensor name -> cl.Buffer (a sub-buffer of the arena)
+UPDATE_TABLE = "update_table"  # where the one-launch update finds each tensor in the arena
+
+
+class Views(dict):
+    """Tensor name -> cl.Buffer (a sub-buffer of the arena), and what an op over the whole arena
+    needs at bind time: the arena, each tensor's byte offset in it, and a one-off writer of a
+    tensor's contents (``write(name, array)``)."""
+
+    def __init__(self, views: dict, arena=None, offsets=None, write=None):
+        super().__init__(views)
+        self.arena = arena
+        self.offsets: dict[str, int] = dict(offsets or {})
+        self.write = write
+
 
 PARAMETERS = "parameters"
 GRADIENTS = "gradients"
@@ -170,6 +186,7 @@ class _Builder:
         accumulate_gradients: bool,
         conv_impl: str = "gemm",
         distillation: DistillConfig | None = None,
+        fused_update: bool = True,
     ):
         if conv_impl not in CONV_IMPLS:
             raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {conv_impl!r}")
@@ -179,6 +196,7 @@ class _Builder:
         self.trainable = trainable
         self.opt = opt
         self.accumulate = accumulate_gradients
+        self.fused_update = fused_update
         self.distillation = distillation
         self.tensors: dict[str, Tensor] = {}
         self.ops: list[Op] = []
@@ -229,6 +247,13 @@ class _Builder:
                     self.tensor(f"{name}:grad", shape, GRADIENTS, persistent=True)
         for name, shape in self.model.buffer_shapes().items():
             self.tensor(name, shape, PARAMETERS, persistent=True)
+        if self.fused_update and self.trainable_names():
+            length = optimizer.update_table_length(len(self.trainable_names()))
+            self.tensor(UPDATE_TABLE, (length,), WORKSPACE, persistent=True, dtype=np.int32)
+
+    def trainable_names(self) -> list[str]:
+        """Trainable parameters in the model's order (the order of the one-launch update)."""
+        return [p for p in self.model.parameter_shapes() if p in self.trainable]
 
     def forward(self, training: bool, prefix: str) -> str:
         """Emits forward ops; returns the logits tensor. Records what backward needs in
@@ -668,6 +693,8 @@ class _Builder:
             if dx is not None:
                 grad_of[rec["x"]] = dx
             self._emit_updates(rl)
+        if self.fused_update and not self.accumulate and self.trainable_names():
+            self._emit_fused_update(zero_grads=False)
 
     def _recompute(self, lo: int, hi: int, grad_of: dict[str, str]) -> None:
         """Re-create the activations of records ``[lo, hi)`` from the segment's input, which was
@@ -928,7 +955,7 @@ class _Builder:
         return dx
 
     def _emit_updates(self, rl: ResolvedLayer) -> None:
-        if self.accumulate:
+        if self.accumulate or self.fused_update:
             return
         for pname in rl.params:
             if pname in self.trainable:
@@ -979,10 +1006,53 @@ class _Builder:
                 ),
             )
 
+    def _states(self, pname: str) -> tuple[str, ...]:
+        if self.opt.name == "adam":
+            return (f"{pname}:m", f"{pname}:v")
+        return (f"{pname}:velocity",) if self.opt.momentum else ()
+
+    def _emit_fused_update(self, zero_grads: bool) -> None:
+        """One launch updates every trainable parameter (and, with ``zero_grads``, zeroes its
+        gradient). Its table of element offsets is written into the arena when the op is bound,
+        the only time offsets are known."""
+        opt, names = self.opt, self.trainable_names()
+        grads = tuple(f"{p}:grad" for p in names)
+        states = tuple(s for p in names for s in self._states(p))
+        counts = {p: prod(self.tensors[p].shape) for p in names}
+
+        def emit(lib, v: Views) -> list:
+            at = {name: optimizer.element_offset(offset) for name, offset in v.offsets.items()}
+            tensors = [
+                optimizer.ArenaTensor(
+                    counts[p], at[p], at[f"{p}:grad"], tuple(at[s] for s in self._states(p))
+                )
+                for p in names
+            ]
+            v.write(UPDATE_TABLE, optimizer.update_table(tensors))
+            common = dict(table_offset=at[UPDATE_TABLE], lr=opt.lr,
+                          weight_decay=opt.weight_decay, zero_grads=zero_grads)
+            if opt.name == "sgd":
+                return optimizer.sgd_update_multi(
+                    lib, v.arena, tensors, momentum=opt.momentum, nesterov=opt.nesterov, **common
+                )
+            return optimizer.adam_update_multi(
+                lib, v.arena, tensors, step_offset=at["step"], beta1=opt.beta1,
+                beta2=opt.beta2, eps=opt.eps, **common,
+            )
+
+        reads = (*names, *grads, *states, UPDATE_TABLE, "step" if opt.name == "adam" else None)
+        writes = (*names, *states, *(grads if zero_grads else ()))
+        self.op("optimizer.update", "update", reads, writes, emit)
+
     def accumulated_updates(self) -> None:
         """Micro-batching: one update of every trainable parameter from its accumulated
         gradient, then the gradients are zeroed for the next effective batch."""
-        names = [p for p in self.model.parameter_shapes() if p in self.trainable]
+        names = self.trainable_names()
+        if self.fused_update:
+            if names:
+                self._emit_fused_update(zero_grads=True)
+            self.finish_step()
+            return
         for pname in names:
             self._emit_update(pname)
         for pname in names:
@@ -1017,19 +1087,23 @@ def build_graph(
     conv_impl: str = "gemm",
     recompute_segments: int = 0,
     distillation: DistillConfig | None = None,
+    fused_update: bool = True,
 ) -> StepGraph:
     """The training and evaluation schedules of ``model`` at ``batch`` samples per launch.
 
     With ``accumulate_gradients`` the training ops only add into persistent gradients; the caller
     runs :func:`update_ops` once per effective batch (micro-batching). With ``distillation`` the
-    loss also distils from the logits uploaded into the ``old_logits`` tensor with each batch."""
+    loss also distils from the logits uploaded into the ``old_logits`` tensor with each batch.
+    With ``fused_update`` one launch updates every trainable parameter (binding it needs
+    :class:`Views` with the arena); without it each parameter has its own update launch."""
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
     unknown = set(trainable) - set(model.parameter_shapes())
     if unknown:
         raise ValueError(f"Unknown parameter names in the trainable set: {sorted(unknown)}")
     builder = _Builder(
-        model, batch, set(trainable), opt, accumulate_gradients, conv_impl, distillation
+        model, batch, set(trainable), opt, accumulate_gradients, conv_impl, distillation,
+        fused_update,
     )
     builder.persistent()
     logits = builder.forward(training=True, prefix="")

@@ -21,6 +21,7 @@ from client_runtime.graph import (
     DistillConfig,
     OptimizerConfig,
     StepGraph,
+    Views,
     build_graph,
 )
 from client_runtime.planner import MemoryPlan, TensorRequest, plan_memory
@@ -96,6 +97,7 @@ def estimate_memory(
     conv_impl: str = "gemm",
     recompute_segments: int = 0,
     distillation: DistillConfig | None = None,
+    fused_update: bool = True,
 ) -> MemoryEstimate:
     """Peak arena bytes of the step ``compile_step`` would build, without any device."""
     trainable = set(model.parameter_shapes()) if trainable is None else set(trainable)
@@ -108,6 +110,7 @@ def estimate_memory(
         conv_impl=conv_impl,
         recompute_segments=recompute_segments,
         distillation=distillation,
+        fused_update=fused_update,
     )
     plan = plan_graph(graph, alignment)
     by_cat = {c: 0 for c in (*CATEGORIES, "fragmentation")}
@@ -133,6 +136,7 @@ class CompiledStep:
         conv_impl: str = "gemm",
         recompute_segments: int = 0,
         distillation: DistillConfig | None = None,
+        fused_update: bool = True,
     ):
         if batch % accumulation_steps:
             raise ValueError(
@@ -155,6 +159,7 @@ class CompiledStep:
             conv_impl=conv_impl,
             recompute_segments=recompute_segments,
             distillation=distillation,
+            fused_update=fused_update,
         )
         self.distillation = distillation
         self.recompute_segments = recompute_segments
@@ -192,10 +197,19 @@ class CompiledStep:
         lib = device.kernels
         self._poison_freed = poison_freed
         graph = self.graph
-        self.train_launches = self._bind(graph.train_ops, lib, 0)
-        self.accumulated_update_launches = self._bind(graph.update_ops, lib, len(graph.train_ops))
+        # Ops over the whole arena (the one-launch update) bind to it and write their tables once.
+        views = Views(
+            self.views,
+            self.arena,
+            {name: p.offset for name, p in self.plan.placements.items()},
+            self._write,
+        )
+        self.train_launches = self._bind(graph.train_ops, lib, 0, views)
+        self.accumulated_update_launches = self._bind(
+            graph.update_ops, lib, len(graph.train_ops), views
+        )
         self.eval_launches = self._bind(
-            graph.eval_ops, lib, len(graph.train_ops) + len(graph.update_ops)
+            graph.eval_ops, lib, len(graph.train_ops) + len(graph.update_ops), views
         )
         self.update_launches = [
             launch
@@ -211,7 +225,7 @@ class CompiledStep:
         self.steps_done = 0
 
     # -- set-up ------------------------------------------------------------------------------
-    def _bind(self, ops, lib, first_position: int) -> list[Launch]:
+    def _bind(self, ops, lib, first_position: int, views: Views) -> list[Launch]:
         if not hasattr(self, "_launches_of"):
             self._launches_of: dict[str, list[Launch]] = {}
         freed_at: dict[int, list[str]] = {}
@@ -222,7 +236,7 @@ class CompiledStep:
                     freed_at.setdefault(placement.request.last, []).append(name)
         launches: list[Launch] = []
         for pos, op in enumerate(ops, start=first_position):
-            bound = op.emit(lib, self.views)
+            bound = op.emit(lib, views)
             touched = f"{op.name} (reads {', '.join(op.reads)}; writes {', '.join(op.writes)})"
             for launch in bound:
                 launch.tensors = touched

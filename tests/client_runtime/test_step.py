@@ -280,3 +280,68 @@ def test_bias_training_needs_at_least_five_times_less_memory_than_full_training(
         bias = estimate_memory(model, 32, resolve_trainable(model, "bias")).peak_bytes
         print(f"{model.name}: all {full / 2**20:.1f} MiB, bias {bias / 2**20:.1f} MiB")
         assert bias * 5 <= full, (model.name, full, bias)
+
+
+def test_one_update_launch_per_step_replaces_one_per_parameter(device):
+    from kernels.optimizer import UPDATE_KERNELS
+
+    model = build_model("lenet5")
+    state = model.init_state(0)
+    fused = CompiledStep(device, model, 4, state, profile=False)
+    separate = CompiledStep(device, model, 4, state, profile=False, fused_update=False)
+
+    def updates(step):
+        return [launch.name for launch in step.train_launches if launch.name in UPDATE_KERNELS]
+
+    trainable = len(model.parameter_shapes())
+    assert updates(fused) == ["sgd_momentum_multi"]
+    assert updates(separate) == ["sgd_momentum"] * trainable
+    assert fused.launches_per_step() == separate.launches_per_step() - (trainable - 1)
+    estimate = estimate_memory(model, 4, alignment=fused.plan.alignment)
+    assert estimate.peak_bytes == fused.peak_bytes == fused.arena.size
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "nesterov", "adam"])
+@pytest.mark.parametrize(
+    "options",
+    [{"policy": "all"}, {"policy": "last:2"}, {"policy": "all", "accumulation_steps": 2},
+     {"policy": "all", "recompute_segments": 2}],
+)
+def test_one_launch_update_matches_per_parameter_updates(device, optimizer, options):
+    """Same arithmetic per element, in another order of launches: the trajectories agree to
+    float32 rounding, under micro-batching, recomputation and a learning-rate change too."""
+    model = _model("lenet5")
+    state = model.init_state(seed=4)
+    opt = {
+        "sgd": OptimizerConfig("sgd", lr=0.03, momentum=0.0, weight_decay=1e-3),
+        "nesterov": OptimizerConfig("sgd", lr=0.03, momentum=0.9, nesterov=True),
+        "adam": OptimizerConfig("adam", lr=1e-3, weight_decay=1e-4),
+    }[optimizer]
+    options = dict(options)
+    trainable = resolve_trainable(model, options.pop("policy"))
+    steps = [
+        CompiledStep(device, model, 6, state, trainable=trainable, optimizer=opt, poison=True,
+                     poison_freed=True, fused_update=fused, **options)
+        for fused in (True, False)
+    ]
+    xs, ys = _batches(np.random.default_rng(5), model, 6, 4)
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        if i == 2:
+            for step in steps:
+                step.set_learning_rate(opt.lr / 3)
+        losses = []
+        for step in steps:
+            step.train_step(x, y)
+            losses.append(step.read_train_stats()["loss"])
+        assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    got, expected = (step.get_state() for step in steps)
+    for key in expected:
+        np.testing.assert_allclose(got[key], expected[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    for name in model.parameter_shapes():
+        if name not in trainable:
+            np.testing.assert_array_equal(got[name], state[name])
+    estimate = estimate_memory(model, 6 // options.get("accumulation_steps", 1), trainable, opt,
+                               alignment=steps[0].plan.alignment,
+                               accumulate_gradients="accumulation_steps" in options,
+                               recompute_segments=options.get("recompute_segments", 0))
+    assert estimate.peak_bytes == steps[0].peak_bytes == steps[0].arena.size
