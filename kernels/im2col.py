@@ -4,7 +4,9 @@ A convolution ``y = conv(x, w)`` is, per image, the matrix product ``W (K x CRS)
 of the weights with ``col = im2col(x)``, and its gradient to the input is
 ``col2im(W^T @ dy)``. The GEMM is much faster than direct convolution kernels, so the data
 movement around it must stay cheap: each work-item here owns a small block of its output, laid out
-per device type (see ``GPU_DEFAULTS``, ``CPU_DEFAULTS`` and ``cl/im2col.cl``).
+per device type (see ``GPU_DEFAULTS``, ``CPU_DEFAULTS`` and ``cl/im2col.cl``). The window
+geometry is built into im2col's and col2im's programs (one program per geometry), so their loops
+have constant bounds and steps.
 
 ``col`` is ``(N, C*R*S, OH*OW)`` row-major: row ``(c*R + r)*S + s``, column ``oh*OW + ow``.
 """
@@ -22,7 +24,6 @@ from kernels.conv_launch import (
     check_group,
     check_index_range,
     resolve_defines,
-    window_args,
 )
 from kernels.conv_shape import ConvShape
 from kernels.launch import Launch, round_up
@@ -97,14 +98,21 @@ def _launch(
     args: tuple,
     flops: int,
     nbytes: int,
+    shape: ConvShape | None = None,
 ) -> Launch:
-    """Build ``kernel_name`` with the device's defaults overridden by ``tuning``, bind ``args``
-    and launch ``work_items(defines)`` work-items in groups of ``<prefix>_WG``."""
+    """Build ``kernel_name`` with the device's defaults overridden by ``tuning`` (and the window
+    geometry of ``shape``, if given), bind ``args`` and launch ``work_items(defines)`` work-items
+    in groups of ``<prefix>_WG``."""
     defines = resolve_defines(default_tuning(lib.device), tuning)
     group = defines[f"{prefix}_WG"]
     check_group(lib, kernel_name, (group,))
     global_size = round_up(work_items(defines), group)
     as_int(global_size)
+    if shape is not None:
+        defines.update(
+            IM_R=shape.r, IM_S=shape.s, IM_SH=shape.stride_h, IM_SW=shape.stride_w,
+            IM_PH=shape.pad_h, IM_PW=shape.pad_w,
+        )
     kernel = lib.kernel(PROGRAM, kernel_name, defines)
     kernel.set_args(*args)
     keep = [arg for arg in args if isinstance(arg, cl.Buffer)]
@@ -129,9 +137,9 @@ def im2col(
         runs = ceil_div(shape.out_w, d["IM2COL_RUN"])
         return ceil_div(rows, d["IM2COL_ROWS"]) * shape.out_h * runs
 
-    args = (x, col, *_image_args(shape), *window_args(shape))
+    args = (x, col, *_image_args(shape))
     nbytes = 4 * (covered_inputs(shape) + total)
-    return [_launch(lib, "im2col", "IM2COL", tuning, work_items, args, 0, nbytes)]
+    return [_launch(lib, "im2col", "IM2COL", tuning, work_items, args, 0, nbytes, shape)]
 
 
 def col2im(
@@ -150,10 +158,10 @@ def col2im(
     def work_items(d: Mapping[str, int]) -> int:
         return ceil_div(shape.n * shape.c, d["COL2IM_PLANES"]) * shape.h * shape.w
 
-    args = (col, dx, *_image_args(shape), *window_args(shape))
+    args = (col, dx, *_image_args(shape))
     taps = inside_taps(shape)
     nbytes = 4 * (taps + shape.x_size)
-    return [_launch(lib, "col2im", "COL2IM", tuning, work_items, args, taps, nbytes)]
+    return [_launch(lib, "col2im", "COL2IM", tuning, work_items, args, taps, nbytes, shape)]
 
 
 def bias_activation(
@@ -188,4 +196,6 @@ def bias_activation(
 
 
 def _image_args(shape: ConvShape) -> tuple[np.int32, ...]:
-    return tuple(as_int(v) for v in (shape.n, shape.c, shape.h, shape.w))
+    return tuple(
+        as_int(v) for v in (shape.n, shape.c, shape.h, shape.w, shape.out_h, shape.out_w)
+    )

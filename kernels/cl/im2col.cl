@@ -10,6 +10,15 @@
 // stretches in a loop the compiler vectorises, and the index arithmetic (divisions) is paid once
 // per block rather than once per element.
 //
+// The window geometry is fixed at build time (one program per geometry, as for the depthwise
+// kernels), so the loops over a window have constant bounds and steps and the index arithmetic
+// divides by constants:
+//   IM_R, IM_S          window height and width
+//   IM_SH, IM_SW        strides
+//   IM_PH, IM_PW        zero padding
+// im2col splits each run of columns into the stretch whose inputs lie inside the row, copied
+// without per-element checks (a plain copy with stride 1), and the zeros on either side.
+//
 // Tuning defines (a tuner varies them; kernels/im2col.py passes defaults chosen by device type):
 //   IM2COL_WG, IM2COL_ROWS, IM2COL_RUN    im2col work-group size; col rows x columns of one output
 //                                         row (fixed oh) per work-item
@@ -18,6 +27,24 @@
 //                                         bias + activation work-group size; planes x run of
 //                                         positions per work-item
 
+#ifndef IM_R
+#define IM_R 3
+#endif
+#ifndef IM_S
+#define IM_S 3
+#endif
+#ifndef IM_SH
+#define IM_SH 1
+#endif
+#ifndef IM_SW
+#define IM_SW 1
+#endif
+#ifndef IM_PH
+#define IM_PH 0
+#endif
+#ifndef IM_PW
+#define IM_PW 0
+#endif
 #ifndef IM2COL_WG
 #define IM2COL_WG 64
 #endif
@@ -66,11 +93,10 @@ inline int2 divmod(const int x, const int y) {
 // oh*OW + ow0 .. oh*OW + ow0 + IM2COL_RUN - 1 (clipped to the output row).
 // Global size: ceil(rows / IM2COL_ROWS) * OH * ceil(OW / IM2COL_RUN), rounded up to IM2COL_WG.
 __kernel __attribute__((reqd_work_group_size(IM2COL_WG, 1, 1)))
-void im2col(__global const float* x, __global float* col, const int N, const int C, const int H,
-            const int W, const int R, const int S, const int stride_h, const int stride_w,
-            const int pad_h, const int pad_w, const int OH, const int OW) {
+void im2col(__global const float* restrict x, __global float* restrict col, const int N,
+            const int C, const int H, const int W, const int OH, const int OW) {
     const int P = OH * OW;
-    const int rows = N * C * R * S;
+    const int rows = N * C * IM_R * IM_S;
     const int runs = (OW + IM2COL_RUN - 1) / IM2COL_RUN;
     const int2 rest_run = divmod(get_global_id(0), runs);
     const int2 block_oh = divmod(rest_run.x, OH);
@@ -82,25 +108,29 @@ void im2col(__global const float* x, __global float* col, const int N, const int
     const int row_end = min(rows - row0, IM2COL_ROWS);
 
     // Row (plane, r, s) with plane = n*C + c, stepped without divisions.
-    const int2 q_s = divmod(row0, S);
-    const int2 plane_r = divmod(q_s.x, R);
+    const int2 q_s = divmod(row0, IM_S);
+    const int2 plane_r = divmod(q_s.x, IM_R);
     int plane = plane_r.x, r = plane_r.y, s = q_s.y;
 
     __global float* out = col + row0 * P + oh * OW;
     for (int i = 0; i < row_end; ++i, out += P) {
-        const int ih = oh * stride_h - pad_h + r;
+        const int ih = oh * IM_SH - IM_PH + r;
+        // Columns lo .. hi - 1 read inside the input row (ow*sw - pw + s in [0, W)); the rest of
+        // the run is padding.
+        int lo = ow_end, hi = ow_end;
         if (ih >= 0 && ih < H) {
-            const __global float* in = x + (plane * H + ih) * W;
-            for (int ow = ow0; ow < ow_end; ++ow) {
-                const int iw = ow * stride_w - pad_w + s;
-                out[ow] = (iw >= 0 && iw < W) ? in[iw] : 0.0f;
-            }
-        } else {
-            for (int ow = ow0; ow < ow_end; ++ow) out[ow] = 0.0f;
+            const int first = IM_PW - s <= 0 ? 0 : (IM_PW - s + IM_SW - 1) / IM_SW;
+            const int last = W - 1 + IM_PW - s < 0 ? -1 : (W - 1 + IM_PW - s) / IM_SW;
+            lo = clamp(first, ow0, ow_end);
+            hi = clamp(last + 1, lo, ow_end);
+            const __global float* in = x + (plane * H + ih) * W + s - IM_PW;
+            for (int ow = lo; ow < hi; ++ow) out[ow] = in[ow * IM_SW];
         }
-        if (++s == S) {
+        for (int ow = ow0; ow < lo; ++ow) out[ow] = 0.0f;
+        for (int ow = hi; ow < ow_end; ++ow) out[ow] = 0.0f;
+        if (++s == IM_S) {
             s = 0;
-            if (++r == R) {
+            if (++r == IM_R) {
                 r = 0;
                 ++plane;
             }
@@ -124,9 +154,8 @@ inline int2 first_tap(const int t, const int stride, const int OUT) {
 // plane0 .. plane0 + COL2IM_PLANES - 1 (clipped to N*C) at (ih, iw); they share the window taps.
 // Global size: ceil(N*C / COL2IM_PLANES) * H * W, rounded up to COL2IM_WG.
 __kernel __attribute__((reqd_work_group_size(COL2IM_WG, 1, 1)))
-void col2im(__global const float* col, __global float* dx, const int N, const int C, const int H,
-            const int W, const int R, const int S, const int stride_h, const int stride_w,
-            const int pad_h, const int pad_w, const int OH, const int OW) {
+void col2im(__global const float* restrict col, __global float* restrict dx, const int N,
+            const int C, const int H, const int W, const int OH, const int OW) {
     const int planes = N * C;
     const int P = OH * OW;
     const int HW = H * W;
@@ -134,21 +163,21 @@ void col2im(__global const float* col, __global float* dx, const int N, const in
     const int plane0 = block_pixel.x * COL2IM_PLANES;
     if (plane0 >= planes) return;
     const int2 ih_iw = divmod(block_pixel.y, W);
-    const int th = ih_iw.x + pad_h;
-    const int tw = ih_iw.y + pad_w;
-    const int2 row_tap = first_tap(th, stride_h, OH);
-    const int2 col_tap = first_tap(tw, stride_w, OW);
-    const int r_end = min(R, th + 1);
-    const int s_end = min(S, tw + 1);
+    const int th = ih_iw.x + IM_PH;
+    const int tw = ih_iw.y + IM_PW;
+    const int2 row_tap = first_tap(th, IM_SH, OH);
+    const int2 col_tap = first_tap(tw, IM_SW, OW);
+    const int r_end = min(IM_R, th + 1);
+    const int s_end = min(IM_S, tw + 1);
     const int plane_end = min(planes - plane0, COL2IM_PLANES);
 
-    const __global float* col_plane = col + plane0 * R * S * P;
+    const __global float* col_plane = col + plane0 * IM_R * IM_S * P;
     __global float* out = dx + plane0 * HW + block_pixel.y;
-    for (int i = 0; i < plane_end; ++i, col_plane += R * S * P, out += HW) {
+    for (int i = 0; i < plane_end; ++i, col_plane += IM_R * IM_S * P, out += HW) {
         float acc = 0.0f;
-        for (int r = row_tap.x, oh = row_tap.y; r < r_end; r += stride_h, --oh) {
-            const __global float* col_r = col_plane + r * S * P + oh * OW;
-            for (int s = col_tap.x, ow = col_tap.y; s < s_end; s += stride_w, --ow) {
+        for (int r = row_tap.x, oh = row_tap.y; r < r_end; r += IM_SH, --oh) {
+            const __global float* col_r = col_plane + r * IM_S * P + oh * OW;
+            for (int s = col_tap.x, ow = col_tap.y; s < s_end; s += IM_SW, --ow) {
                 acc += col_r[s * P + ow];
             }
         }
