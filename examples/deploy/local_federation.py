@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -379,7 +380,9 @@ def run_federation(args: argparse.Namespace) -> int:
         ports = free_ports(nodes + 1)
     if args.work_dir and args.work_dir.exists() and any(args.work_dir.iterdir()):
         raise SystemExit(f"--work-dir {args.work_dir} is not empty")
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"mgfl-federation-{label}-")).resolve()
+    # The work directory goes onto PATH (the command wrappers): no ':' from a codec name in it.
+    safe = re.sub(r"[^A-Za-z0-9._-]", "-", label)
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix=f"mgfl-federation-{safe}-")).resolve()
     (work / "logs").mkdir(parents=True, exist_ok=True)
     output_dir.mkdir(parents=True, exist_ok=True)
     history_path = output_dir / "history.json"
