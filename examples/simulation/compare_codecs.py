@@ -91,11 +91,17 @@ def plot_comparison(histories: dict[str, dict], path: Path) -> Path:
 
 
 def load(out: Path) -> dict[str, dict]:
+    """Every run's history in ``out``: the codecs of ``CODECS`` in that order, then any other
+    (e.g. ``stc-0.1.json`` from ``--codecs stc:0.1``), by name."""
     histories = {}
-    for codec in CODECS:
-        path = out / f"{file_name(codec)}.json"
-        if path.exists():
-            histories[codec] = json.loads(path.read_text())
+    known = {file_name(codec): codec for codec in CODECS}
+    for path in sorted(out.glob("*.json"), key=lambda p: (p.stem not in known,
+                                                          list(known).index(p.stem)
+                                                          if p.stem in known else 0, p.stem)):
+        history = json.loads(path.read_text())
+        if isinstance(history, dict) and "rounds" in history:
+            codec = known.get(path.stem, path.stem.replace("-", ":", 1))
+            histories[codec] = history
     return histories
 
 
