@@ -22,12 +22,7 @@ if ! ls .whl/tinygrad-0.14.0-*.whl > /dev/null 2>&1; then
     echo "no tinygrad wheel in .whl/: run 'pip download tinygrad==0.14.0 --no-deps -d .whl' first" >&2
     exit 1
 fi
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
-mkdir -p /tmp/icd
-lib=$(ls /usr/local/nvidia/lib64/libnvidia-opencl.so.1 2>/dev/null || find / -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1)
-echo "$lib" > /tmp/icd/nvidia.icd
-export OCL_ICD_VENDORS=/tmp/icd MGFL_DEVICE=gpu MGFL_CACHE_DIR=/tmp/mgfl-cache
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/nvidia-smi.csv"
 python3 -c "import tinygrad, torch; from importlib.metadata import version; \
 print('tinygrad', version('tinygrad'), 'torch', torch.__version__, torch.cuda.is_available())" \

@@ -5,12 +5,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
-mkdir -p /tmp/icd
-lib=$(ls /usr/local/nvidia/lib64/libnvidia-opencl.so.1 2>/dev/null || find / -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1)
-echo "$lib" > /tmp/icd/nvidia.icd
-export OCL_ICD_VENDORS=/tmp/icd MGFL_DEVICE=gpu MGFL_CACHE_DIR=/tmp/mgfl-cache
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/nvidia-smi.csv"
 python3 -m mgfl devices --json > "$OUT/devices.json"
 python3 -m pytest -q -p no:cacheprovider tests/kernels tests/client_runtime/test_step.py \

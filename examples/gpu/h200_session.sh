@@ -8,12 +8,7 @@ set -uo pipefail
 OUT=${OUT:-gpu-results}
 WORK=$OUT/h200
 mkdir -p "$WORK"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-mkdir -p /tmp/icd
-lib=$(ls /usr/local/nvidia/lib64/libnvidia-opencl.so.1 2>/dev/null || find / -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1)
-echo "$lib" > /tmp/icd/nvidia.icd
-export OCL_ICD_VENDORS=/tmp/icd MGFL_DEVICE=gpu MGFL_CACHE_DIR=/tmp/mgfl-cache
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$WORK/nvidia-smi.csv"
 python3 -m mgfl devices --json > "$WORK/devices.json"
 stage() { echo "== $1 $(date +%T)" | tee -a "$WORK/stages.txt"; }

@@ -21,6 +21,7 @@ import pyopencl as cl
 from client_runtime.device import Device
 from client_runtime.step import CompiledStep
 from kernels import elementwise
+from mgfl.bench.report import median_wall_seconds
 from mgfl.models import build_model
 
 MODELS = {"mlp": 32, "lenet5": 64, "dscnn": 64, "mobilenetv2": 32}
@@ -36,13 +37,7 @@ def per_launch_us(queue: cl.CommandQueue, launch, count: int) -> float:
 
 
 def median_us(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e6)
+    return median_wall_seconds(fn, repeats) * 1e6
 
 
 def step_phases(device: Device, name: str, batch: int, repeats: int) -> dict:
