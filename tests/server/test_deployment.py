@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -46,62 +46,21 @@ def tails(logs, chars: int = 3000) -> str:
                      for log in logs if log.exists())
 
 
-def _processes() -> dict[int, tuple[int, int]]:
-    """Every live process's parent and session, from /proc."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] == "Z":
-            continue  # exited; only its parent's wait is missing
-        table[int(entry.name)] = (int(fields[1]), int(fields[3]))  # ppid, session
-    return table
+@lru_cache(maxsize=1)
+def _process_tools():
+    """The process-tree helpers of examples/deploy/local_federation.py, which starts and stops
+    the same kind of federation."""
+    from tests.server.test_local_federation import load_local_federation
+
+    return load_local_federation()
 
 
 def family(roots: set[int]) -> set[int]:
-    """The processes started in the sessions of ``roots`` and everything they started, also in
-    sessions of their own (the SuperLink puts its SuperExec in a new one) or reparented to init
-    (a SuperNode's SuperExec is): their sessions are followed too."""
-    table = _processes()
-    members = {pid for pid in roots if pid in table}
-    sessions = set(roots)
-    while True:
-        grown = {pid for pid, (ppid, sid) in table.items()
-                 if pid not in members and (ppid in members or sid in sessions)}
-        if not grown:
-            return members
-        members |= grown
-        sessions |= {table[pid][1] for pid in grown}
+    return _process_tools().family(roots)
 
 
-def end_processes(pids: set[int], grace: float = 30.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
-            time.sleep(0.5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    if state == "Z":  # a zombie whose parent is ours: collect it
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        return False
-    return True
+def end_processes(pids: set[int]) -> None:
+    _process_tools().end_processes(pids, grace_s=30.0)
 
 
 @dataclass
