@@ -25,7 +25,7 @@ from kernels.conv_launch import (
     resolve_defines,
 )
 from kernels.conv_shape import ConvShape
-from kernels.launch import Launch, round_up
+from kernels.launch import Launch, row_grid
 from kernels.library import KernelLibrary, as_int
 
 PROGRAM = "depthwise"
@@ -104,20 +104,6 @@ def _sizes(shape: ConvShape) -> tuple:
     )
 
 
-def _row_grid(
-    lib: KernelLibrary, blocks: int, rows: int, planes: int, group: int
-) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(global, local) sizes over (blocks of a row, rows, planes): a work-group of at most
-    ``group`` items takes whole rows where it can, so few items fall past the edges, and stays
-    within the device's limit per dimension."""
-    limits = [int(v) for v in lib.device.max_work_item_sizes]
-    l0 = min(blocks, group, limits[0])
-    l1 = min(rows, group // l0, limits[1])
-    l2 = min(planes, group // (l0 * l1), limits[2])
-    local = (l0, l1, l2)
-    return (round_up(blocks, l0), round_up(rows, l1), round_up(planes, l2)), local
-
-
 def depthwise_forward(
     lib: KernelLibrary,
     x: cl.Buffer,
@@ -133,7 +119,7 @@ def depthwise_forward(
     _check_depthwise(shape)
     defines = _defines(lib, shape, tuning)
     act = activation_code(activation)
-    global_size, local = _row_grid(
+    global_size, local = row_grid(
         lib,
         ceil_div(shape.out_w, defines["DW_FWD_PB"]), ceil_div(shape.out_h, defines["DW_FWD_RB"]),
         shape.n * shape.c,
@@ -166,7 +152,7 @@ def depthwise_backward_data(
     """``dx`` (overwritten) from ``dy``, the gradient at the output before any activation."""
     _check_depthwise(shape)
     defines = _defines(lib, shape, tuning)
-    global_size, local = _row_grid(
+    global_size, local = row_grid(
         lib,
         ceil_div(shape.w, defines["DW_BWD_PB"]), ceil_div(shape.h, defines["DW_BWD_RB"]),
         shape.n * shape.c,

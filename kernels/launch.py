@@ -7,10 +7,14 @@ enqueueing costs about 3 us (ENGINE-NOTES). A training step is a fixed list of t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyopencl as cl
 
 from kernels.device_errors import DeviceError
+
+if TYPE_CHECKING:
+    from kernels.library import KernelLibrary
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -47,6 +51,20 @@ class Launch:
         where = f" of {self.tensors}" if self.tensors else ""
         return (f"kernel {self.name}{where} (global {self.global_size}, "
                 f"local {self.local_size})")
+
+
+def row_grid(
+    lib: KernelLibrary, blocks: int, rows: int, planes: int, group: int
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(global, local) sizes over (blocks of a row, rows, planes): a work-group of at most
+    ``group`` items takes whole rows where it can, so few items fall past the edges, and stays
+    within the device's limit per dimension."""
+    limits = [int(v) for v in lib.device.max_work_item_sizes]
+    l0 = min(blocks, group, limits[0])
+    l1 = min(rows, group // l0, limits[1])
+    l2 = min(planes, group // (l0 * l1), limits[2])
+    local = (l0, l1, l2)
+    return (round_up(blocks, l0), round_up(rows, l1), round_up(planes, l2)), local
 
 
 def run(queue: cl.CommandQueue, launches: list[Launch]) -> None:

@@ -21,7 +21,7 @@ import pyopencl as cl
 
 from kernels.conv_launch import ceil_div, check_group, check_index_range, resolve_defines
 from kernels.conv_shape import ConvShape
-from kernels.launch import Launch, round_up
+from kernels.launch import Launch, round_up, row_grid
 from kernels.library import KernelLibrary, as_int
 
 PROGRAM = "pool"
@@ -95,20 +95,6 @@ def _sizes(shape: ConvShape) -> tuple:
     )
 
 
-def _block_grid(
-    lib: KernelLibrary, blocks: int, rows: int, planes: int, group: int
-) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(global, local) sizes over (blocks of a row, rows, planes): a work-group of at most
-    ``group`` items takes whole rows where it can, so few items fall past the edges, and stays
-    within the device's limit per dimension."""
-    limits = [int(v) for v in lib.device.max_work_item_sizes]
-    l0 = min(blocks, group, limits[0])
-    l1 = min(rows, group // l0, limits[1])
-    l2 = min(planes, group // (l0 * l1), limits[2])
-    local = (l0, l1, l2)
-    return (round_up(blocks, l0), round_up(rows, l1), round_up(planes, l2)), local
-
-
 def _windowed(
     lib: KernelLibrary,
     kernel_name: str,
@@ -144,7 +130,7 @@ def _tiled(
 ) -> list[Launch]:
     """A tiled-path launch: one work-item per block of POOL_PB x POOL_RB windows."""
     defines = _defines(lib, shape, tuning)
-    global_size, local = _block_grid(
+    global_size, local = row_grid(
         lib,
         ceil_div(shape.out_w, defines["POOL_PB"]), ceil_div(shape.out_h, defines["POOL_RB"]),
         shape.n * shape.c,
