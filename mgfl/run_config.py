@@ -48,7 +48,7 @@ class RunConfig:
     epochs: int = 5
     local_steps: int = 0  # > 0: this many steps instead of epochs
     batch: int = 32
-    lr: float = 0.002
+    lr: float = 0.004
     optimizer: str = "adam"  # adam | sgd (Adam's moments restart every round)
     momentum: float = 0.9
     weight_decay: float = 0.0
