@@ -2,8 +2,9 @@
 
 Compilation orders the launches (``graph``), places every tensor in one arena (``planner``),
 allocates that arena once, uploads the initial state, and binds every kernel's arguments. A
-training step is then: copy the batch and labels up through a mapped staging buffer, enqueue the
-bound launches. Nothing is read back per step; loss and accuracy accumulate on the device.
+training step is then: copy the batch and labels up through a staging buffer (``staging.py``),
+enqueue the bound launches. Nothing is read back per step; loss and accuracy accumulate on the
+device.
 """
 
 from __future__ import annotations
@@ -24,9 +25,15 @@ from client_runtime.graph import (
     Views,
     build_graph,
 )
-from client_runtime.planner import MemoryPlan, TensorRequest, plan_memory
+from client_runtime.planner import (
+    MemoryPlan,
+    Placement,
+    TensorRequest,
+    align_up,
+    plan_memory,
+)
 from client_runtime.profiler import StepProfiler
-from client_runtime.staging import StagingRing
+from client_runtime.staging import StagingRing, resolve_staging_mode, staging_mode_from_env
 from kernels import elementwise
 from kernels import optimizer as opt_kernels
 from kernels.device_errors import naming
@@ -49,7 +56,9 @@ class ArenaTooLargeError(MemoryError):
 
 def plan_graph(graph: StepGraph, alignment: int) -> MemoryPlan:
     """Live intervals over the training ops followed by the evaluation ops; persistent tensors
-    (parameters, optimizer state, staging targets, accumulators) live throughout."""
+    (parameters, optimizer state, staging targets, accumulators) live throughout. The input and
+    the labels are placed as one block (input, then labels at the next aligned offset), so that
+    one copy can upload a batch."""
     ops = graph.train_ops + graph.update_ops + graph.eval_ops
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -67,7 +76,29 @@ def plan_graph(graph: StepGraph, alignment: int) -> MemoryPlan:
         else:
             continue  # declared but never used by any op: nothing to place
         requests.append(TensorRequest(name, tensor.nbytes, lo, hi, tensor.category))
-    return plan_memory(requests, alignment)
+    return _plan_with_batch_block(requests, graph.input_name, graph.labels_name, alignment)
+
+
+_BATCH_BLOCK = "input and labels"
+
+
+def _plan_with_batch_block(
+    requests: list[TensorRequest], input_name: str, labels_name: str, alignment: int
+) -> MemoryPlan:
+    """Plan with the input and labels requests replaced by one block holding both, then split
+    the block's placement back into the two tensors' placements."""
+    by_name = {r.name: r for r in requests}
+    x, y = by_name.get(input_name), by_name.get(labels_name)
+    if x is None or y is None or (x.first, x.last) != (y.first, y.last):
+        return plan_memory(requests, alignment)
+    labels_at = align_up(max(x.nbytes, 1), alignment)
+    block = TensorRequest(_BATCH_BLOCK, labels_at + y.nbytes, x.first, x.last, x.category)
+    others = [r for r in requests if r.name not in (input_name, labels_name)]
+    plan = plan_memory([*others, block], alignment)
+    placed = plan.placements.pop(_BATCH_BLOCK)
+    plan.placements[input_name] = Placement(x, placed.offset)
+    plan.placements[labels_name] = Placement(y, placed.offset + labels_at)
+    return plan
 
 
 def default_alignment(device_align_bytes: int) -> int:
@@ -129,7 +160,7 @@ class CompiledStep:
         state: dict[str, np.ndarray],
         trainable: set[str] | None = None,
         optimizer: OptimizerConfig | None = None,
-        profile: bool = True,
+        profile: bool | None = None,
         poison: bool = False,
         poison_freed: bool = False,
         accumulation_steps: int = 1,
@@ -137,7 +168,18 @@ class CompiledStep:
         recompute_segments: int = 0,
         distillation: DistillConfig | None = None,
         fused_update: bool = True,
+        staging: str | None = None,
     ):
+        """``profile``: collect per-kernel and copy times from events (default: whether the
+        device's queue records them). ``staging``: the upload path (``map``, ``pinned``,
+        ``auto``; default ``MGFL_STAGING``, else ``auto``: see ``client_runtime/staging.py``)."""
+        if profile is None:
+            profile = device.profiling
+        elif profile:
+            device.require_profiling("CompiledStep(profile=True)")
+        staging = resolve_staging_mode(
+            device, staging if staging is not None else staging_mode_from_env()
+        )
         if batch % accumulation_steps:
             raise ValueError(
                 f"batch {batch} is not a multiple of {accumulation_steps} micro-batches"
@@ -218,13 +260,31 @@ class CompiledStep:
             for launch in self._launches_of[op.name]
         ]
         x_shape = (self.micro_batch, *model.input_shape)
-        self.staging = StagingRing(device, x_shape, (self.micro_batch,))
+        self.staging = StagingRing(
+            device,
+            x_shape,
+            (self.micro_batch,),
+            mode=staging,
+            labels_at=self._labels_after_input(),
+        )
         self._closed = False
         _open_steps.add(self)
         self.profiler = StepProfiler(enabled=profile)
         self.steps_done = 0
 
     # -- set-up ------------------------------------------------------------------------------
+    def _labels_after_input(self) -> int | None:
+        """How far the labels start after the input in the arena when nothing but the two lies
+        from the input's start to the labels' end (a batch then goes up in one copy); else
+        ``None``."""
+        x, y = self.plan.placements["input"], self.plan.placements["labels"]
+        if y.offset < x.end:
+            return None
+        for name, other in self.plan.placements.items():
+            if name not in ("input", "labels") and other.offset < y.end and x.offset < other.end:
+                return None
+        return y.offset - x.offset
+
     def _bind(self, ops, lib, first_position: int, views: Views) -> list[Launch]:
         if not hasattr(self, "_launches_of"):
             self._launches_of: dict[str, list[Launch]] = {}
@@ -299,7 +359,10 @@ class CompiledStep:
     def _upload_batch(self, x: np.ndarray, y: np.ndarray) -> cl.Event:
         if x.shape[0] != self.micro_batch or y.shape[0] != self.micro_batch:
             raise ValueError(f"batch of {x.shape[0]} samples, compiled for {self.micro_batch}")
-        event = self.staging.send(x, y, self.views["input"], self.views["labels"])
+        event = self.staging.send(
+            x, y, self.views["input"], self.views["labels"],
+            joint=(self.arena, self.plan.offset("input")),
+        )
         self.profiler.count_h2d(self.staging.nbytes, event)
         return event
 

@@ -193,8 +193,19 @@ def _result_json(result: ShapeResult) -> dict:
             "rejected": sum(t.seconds is None for t in result.trials)}
 
 
+def require_profiling_queue(queue: cl.CommandQueue, what: str) -> None:
+    """Raise a ValueError naming the fix when ``queue`` records no profiling events."""
+    if not queue.properties & cl.command_queue_properties.PROFILING_ENABLE:
+        raise ValueError(
+            f"{what} times with OpenCL profiling events, but the queue was created without "
+            "PROFILING_ENABLE: open the device with profiling=True (Device.open(selection, "
+            "profiling=True), the default of client_runtime.device.Device)"
+        )
+
+
 def median_event_seconds(queue: cl.CommandQueue, launches: list[Launch], repeats: int) -> float:
     """Median over ``repeats`` of the device time of ``launches`` (OpenCL profiling events)."""
+    require_profiling_queue(queue, "median_event_seconds")
     times = []
     for _ in range(repeats):
         events = [launch.enqueue(queue) for launch in launches]
@@ -222,9 +233,7 @@ class Tuner:
     def __init__(self, lib: KernelLibrary, queue: cl.CommandQueue, budget_s: float, *,
                  clock: Callable[[], float] = time.monotonic,
                  on_trial: Callable[[Trial], None] | None = None, seed: int = 0):
-        if not queue.properties & cl.command_queue_properties.PROFILING_ENABLE:
-            raise ValueError("The tuner times with OpenCL events: open the queue with "
-                             "PROFILING_ENABLE (client_runtime.device.Device does)")
+        require_profiling_queue(queue, "The tuner")
         self.lib, self.queue, self.budget_s = lib, queue, float(budget_s)
         self.clock, self.on_trial = clock, on_trial
         self.rng = np.random.default_rng(seed)

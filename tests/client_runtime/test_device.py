@@ -82,3 +82,60 @@ def test_devices_json_is_a_list_with_one_default():
         "max_work_group_size",
         "fp16",
     } <= set(rows[0])
+
+
+@pytest.fixture(scope="module")
+def plain_device(device):
+    """The session's OpenCL device opened again without profiling events."""
+    from client_runtime.device import Device
+
+    return Device(device.info, profiling=False)
+
+
+def test_a_device_opens_without_profiling_on_request(device, plain_device):
+    profiling = cl.command_queue_properties.PROFILING_ENABLE
+    assert device.profiling and device.queue.properties & profiling
+    assert not plain_device.profiling and not plain_device.queue.properties & profiling
+    assert plain_device.info == device.info
+    assert "profiling=False" in repr(plain_device)
+
+
+def test_a_plain_queue_trains_bitwise_like_a_profiling_one(device, plain_device):
+    """Same kernels, same batches, same arena plan: the queue's properties change no result."""
+    import numpy as np
+
+    from client_runtime.graph import OptimizerConfig
+    from client_runtime.step import CompiledStep
+    from mgfl.models import build_model
+
+    model = build_model("mlp")
+    rng = np.random.default_rng(3)
+    xs = rng.normal(size=(4, 5, *model.input_shape)).astype(np.float32)
+    ys = rng.integers(0, model.num_classes, size=(4, 5)).astype(np.int32)
+    runs = []
+    for dev in (device, plain_device):
+        step = CompiledStep(dev, model, 5, model.init_state(1),
+                            optimizer=OptimizerConfig("adam", lr=1e-3))
+        assert step.profiler.enabled == dev.profiling  # the default follows the device
+        losses = []
+        for x, y in zip(xs, ys, strict=True):
+            step.train_step(x, y)
+            losses.append(step.read_train_stats()["loss"])
+        runs.append((losses, step.get_state()))
+        step.close()
+    (losses_a, state_a), (losses_b, state_b) = runs
+    assert losses_a == losses_b
+    for name in state_a:
+        assert np.array_equal(state_a[name], state_b[name]), name
+
+
+def test_profiling_on_a_plain_device_names_the_fix(plain_device):
+    from client_runtime.step import CompiledStep
+    from mgfl.models import build_model
+
+    model = build_model("mlp")
+    with pytest.raises(ValueError, match=r"profile=True.*profiling=True"):
+        CompiledStep(plain_device, model, 2, model.init_state(0), profile=True)
+    step = CompiledStep(plain_device, model, 2, model.init_state(0), profile=False)
+    assert not step.profiler.enabled
+    step.close()

@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 
 import numpy as np
+import pyopencl as cl
+import pytest
 
 from kernels.gemm import GemmConfig, _geometry, default_config, gemm
 from kernels.library import KernelLibrary
-from kernels.tuner import GemmShape, Tuner
+from kernels.tuner import GemmShape, Tuner, median_event_seconds
 from kernels.tuning_cache import (
     GemmWinner,
     TuningCache,
@@ -158,3 +160,11 @@ def test_im2col_tuning_checks_every_candidate(device):
     assert all(t.error is not None and t.error < 1e-4 for t in result.trials)
     assert result.best in (t.candidate for t in result.trials)
     assert np.isfinite(result.best_seconds) and result.best_seconds > 0
+
+
+def test_timing_needs_a_profiling_queue(device):
+    plain = cl.CommandQueue(device.context, device.cl_device)
+    with pytest.raises(ValueError, match="profiling=True"):
+        Tuner(device.kernels, plain, budget_s=1.0)
+    with pytest.raises(ValueError, match="PROFILING_ENABLE"):
+        median_event_seconds(plain, [], 1)

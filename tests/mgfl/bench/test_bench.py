@@ -67,3 +67,24 @@ def test_torch_model_matches_reference_forward():
                                         torch.from_numpy(b1), padding=2).numpy()
     assert np.allclose(first, direct, atol=1e-5)
     assert net(torch.from_numpy(x)).shape == (2, 10)
+
+
+def test_step_suite_times_mgfl_on_a_plain_queue(device, monkeypatch):
+    """The step suite's wall-clock timing runs on the same OpenCL device opened without
+    profiling events (they cost host time per enqueue on some drivers)."""
+    from mgfl.bench import step
+
+    seen = []
+
+    def fake_ours(dev, model, batch, state, x, y, repeats):
+        seen.append(dev)
+        return 1.0, 2.0
+
+    monkeypatch.setattr(step, "ours_step_seconds", fake_ours)
+    monkeypatch.setattr(step, "torch_or_none", lambda: None)
+    rows, _ = step.run(device, repeats=1, quick=True, with_tinygrad=False)
+    assert [r.ours_s for r in rows] == [1.0]
+    (used,) = seen
+    assert not used.profiling and used.info == device.info
+    assert device.profiling  # the other suites keep their events
+    assert step.timing_device(used) is used
