@@ -357,7 +357,7 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     encoded = encode_update(changes, codec, residuals, np.random.default_rng(seed),
                             codec_of={name: buffer_codec for name in layout.buffers},
                             reference=received)
-    if codec.whole_update and layout.buffers:
+    if codec.sparse and layout.buffers:
         # a sparse update moves the server's weights a little, the local statistics follow the
         # locally trained weights: send those of the model the server will hold instead
         sent_model = {**state, **{n: received[n] + encoded.sent[n] for n in layout.trainable}}

@@ -54,3 +54,24 @@ def test_measured_statistics_leave_the_weights_and_restore_the_learning_rate(dev
     step.train_step(x, y)
     moved = step.get_state(list(layout.trainable))
     assert any(not np.array_equal(moved[n], initial[n]) for n in layout.trainable)
+
+
+def test_top_k_statistics_are_measured_on_the_model_the_server_will_hold(monkeypatch):
+    """Top-k sends a few weights, so the locally trained statistics would not fit the server's
+    model: like stc, the client measures them on the received weights plus what it sends."""
+    config, _, layout, initial = setup({**WITH_BUFFERS, "codec": "topk:0.05"})
+    seen = {}
+    measure = federated.measure_statistics
+
+    def recording(step, state, *args, **kwargs):
+        seen.update({n: np.array(state[n]) for n in layout.trainable})
+        return measure(step, state, *args, **kwargs)
+
+    monkeypatch.setattr(federated, "measure_statistics", recording)
+    reply = federated.train_round(train_message(config, layout, initial).content, node_context())
+    changes = decode_update(bundle_of(reply), layout.travelling_shapes())
+    assert set(seen) == set(layout.trainable)
+    for name in layout.trainable:
+        sent = changes.get(name, np.zeros_like(initial[name]))
+        np.testing.assert_array_equal(seen[name], np.asarray(initial[name], np.float32) + sent)
+    assert set(layout.buffers) <= set(changes)
