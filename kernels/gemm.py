@@ -149,10 +149,12 @@ MAX_LOCAL_MEMORY = 16 * 1024
 _CPU_BLOCKS = {16: (8, 16, 2), 8: (6, 8, 2), 4: (6, 4, 2)}  # width: (rows, vector width, vectors)
 
 
-def default_config(device: cl.Device) -> GemmConfig:
+def default_config(device: cl.Device, m: int | None = None,
+                   n: int | None = None) -> GemmConfig:
     """Register blocking on CPUs, sized by the device's SIMD width, with fused multiply-adds where
-    the device has them; the blocked style on large GPUs (``suits_blocked``); local-memory tiles
-    on other GPUs (phones) and devices, the largest that fit the device's work-group and
+    the device has them; the blocked style on large GPUs (``suits_blocked``), its large tiles only
+    for products (``m x n``, when given) that fill every compute unit with them; local-memory
+    tiles on other GPUs (phones) and devices, the largest that fit the device's work-group and
     local-memory limits (and at most 16 KiB)."""
     if device.type & cl.device_type.CPU:
         width = max(w for w in _CPU_BLOCKS if w <= max(4, int(device.native_vector_width_float)))
@@ -170,7 +172,7 @@ def default_config(device: cl.Device) -> GemmConfig:
         # Measured on an H200 (benchmarks/h200-2026-11-30-gemm-sweep.json): 128 x 128 x 8 tiles
         # of 8 x 8 per item reached 88-97% of cuBLAS float32 at n = 2048-4096, twice the
         # local-memory style's rate; the tuner still tries every tile per shape.
-        return blocked[0]
+        return blocked_default(device, blocked, m, n)
     large = any(name in device.vendor.lower() for name in _LARGE_TILE_VENDORS)
     budget = min(MAX_LOCAL_MEMORY, int(device.local_mem_size))
     for tile, tile_k, wpt in _LOCAL_CANDIDATES:
@@ -200,6 +202,31 @@ BLOCKED_TILES = (
 # GPUs report 1-16 compute units).
 BLOCKED_MIN_LOCAL_MEMORY = 32 * 1024
 BLOCKED_MIN_COMPUTE_UNITS = 16
+
+
+# The blocked tile for products too small to give every compute unit a 128 x 128 tile: the
+# tuner's winner on an H200 for every shape below n = 2048 it tried (square 256-1024 and the
+# zoo's training shapes, 1.4-2.5x faster than 128 x 128; benchmarks/h200-2026-11-30-tune.json).
+SMALL_PRODUCT_TILE = (64, 64, 16, 4, 4)
+
+
+def blocked_default(device: cl.Device, blocked: list[GemmConfig], m: int | None,
+                    n: int | None) -> GemmConfig:
+    """The first (largest) blocked tile when one product gives it at least one work-group per
+    compute unit, else the small-product tile: on a 132-unit GPU a 32 x 256 product makes two
+    128 x 128 work-groups and leaves 130 units idle. (A batch of small products fills the units
+    too, but mostly with the padding of tiles larger than each product.)"""
+    if m is None or n is None:
+        return blocked[0]
+    large = blocked[0]
+    groups = -(-m // large.tile_m) * -(-n // large.tile_n)
+    if groups >= int(device.max_compute_units):
+        return large
+    for config in blocked:
+        if (config.tile_m, config.tile_n, config.tile_k, config.wpt_m,
+                config.wpt_n) == SMALL_PRODUCT_TILE:
+            return config
+    return blocked[-1]
 
 
 def suits_blocked(device: cl.Device) -> bool:

@@ -102,12 +102,12 @@ def _local_candidates() -> list[GemmConfig]:
 
 
 def gemm_candidates(device: cl.Device, shape: GemmShape) -> list[GemmConfig]:
-    """The device's default first, then, on GPUs large enough for it, the blocked style's tiles
-    (``blocked_candidates``: the likely winners there, so a short budget reaches them), then the
-    other configurations of the default's style in a fixed shuffled order (so a short budget
-    samples the whole space), without those that exceed the device's work-group size or the
-    local-memory budget."""
-    base = default_config(device)
+    """The device's default for this shape first, then, on GPUs large enough for it, the blocked
+    style's tiles (``blocked_candidates``: the likely winners there, so a short budget reaches
+    them), then the other configurations of the default's style in a fixed shuffled order (so a
+    short budget samples the whole space), without those that exceed the device's work-group
+    size or the local-memory budget."""
+    base = default_config(device, shape.m, shape.n)
     if base.use_local_memory:
         pool = _local_candidates()
     else:

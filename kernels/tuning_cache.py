@@ -138,17 +138,17 @@ def use_cache(lib: KernelLibrary, cache: TuningCache | None) -> None:
 def tuned_config(lib: KernelLibrary, m: int, n: int, k: int, trans_a: bool = False,
                  trans_b: bool = False):
     """The GemmConfig for this product on ``lib``'s device: the tuned winner of the nearest shape
-    when the device was tuned, otherwise ``default_config``."""
+    when the device was tuned, otherwise ``default_config`` for its size."""
     from kernels.gemm import GemmConfig, default_config
 
     cache = library_cache(lib)
     winner = cache.nearest_gemm(m, n, k, trans_a, trans_b) if cache else None
     if winner is None:
-        return default_config(lib.device)
+        return default_config(lib.device, m, n)
     try:
         return GemmConfig(**winner.config)
     except (TypeError, ValueError):
-        return default_config(lib.device)  # written by an older GemmConfig: use the default
+        return default_config(lib.device, m, n)  # an older GemmConfig's: the default
 
 
 def tuned_defines(lib: KernelLibrary, family: str) -> dict[str, int] | None:

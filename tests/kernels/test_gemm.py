@@ -340,16 +340,37 @@ def test_blocked_candidates_only_on_large_gpus():
     found = blocked_candidates(h200)
     assert len(found) == len(BLOCKED_TILES) and found[0].tile_m == 128 and found[0].wpt_m == 8
     listed = gemm_candidates(h200, GemmShape("square", 512, 512, 512))
-    # The default there is the blocked tile that won on an H200, tried first, then the others.
+    # The default of a shapeless call is the blocked tile that won on an H200 at n >= 2048; a
+    # shape's candidates start with its own default, then the other blocked tiles.
     assert default_config(h200) == found[0]
     assert (found[0].tile_m, found[0].tile_n, found[0].tile_k) == (128, 128, 8)
-    assert listed[:len(found)] == found and listed.count(found[0]) == 1
+    assert listed[0] == default_config(h200, 512, 512)
+    assert sorted(map(str, listed[:len(found)])) == sorted(map(str, found))
+    assert all(listed.count(c) == 1 for c in found)
     # A GPU with work-groups of at most 128 items gets only the tiles that fit them.
     tight = _fake_device(cl.device_type.GPU, "NVIDIA Corporation", 32768, 128, units=40)
     assert all(c.local_memory_bytes <= 32768 and c.local_group[0] * c.local_group[1] <= 128
                for c in blocked_candidates(tight)) and blocked_candidates(tight)
     phone = _fake_device(cl.device_type.GPU, "Qualcomm", 32768, 1024, units=4)
     assert blocked_candidates(phone) == [] and not default_config(phone).blocked
+
     assert not any(c.blocked for c in gemm_candidates(phone, GemmShape("square", 64, 64, 64)))
     assert blocked_candidates(_fake_device(cl.device_type.CPU, local_mem_size=1 << 19,
                                            units=64)) == []
+
+
+def test_blocked_default_keeps_large_tiles_for_products_that_fill_the_gpu():
+    """On 132 compute units a 2048 x 2048 product makes 256 work-groups of 128 x 128; the MLP's
+    32 x 256 product would make two, so it takes 64 x 64 tiles (the tuner's winner there)."""
+    h200 = _fake_device(cl.device_type.GPU, "NVIDIA Corporation", 49152, 1024, units=132)
+    large = blocked_candidates(h200)[0]
+    assert default_config(h200, 2048, 2048) == large
+    small = default_config(h200, 32, 256)
+    assert default_config(h200, 1024, 2048) == small  # 8 x 16 = 128 groups: four units short
+    assert small.blocked and (small.tile_m, small.tile_n, small.tile_k) == (64, 64, 16)
+    assert (small.wpt_m, small.wpt_n) == (4, 4)
+    assert default_config(h200, 1024, 1024) == small  # 64 groups of 128 x 128
+    assert default_config(h200, 64, 125) == small  # one batch entry of DS-CNN's pointwise
+    # Phones and CPUs are not affected by the product's size.
+    phone = _fake_device(cl.device_type.GPU, "Qualcomm", 32768, 1024, units=4)
+    assert default_config(phone, 32, 256) == default_config(phone)
