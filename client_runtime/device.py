@@ -227,13 +227,10 @@ class Device:
 
     def require_profiling(self, what: str) -> None:
         """Raise a ValueError naming the fix when ``what`` needs profiling events this device's
-        queue does not record."""
-        if not self.profiling:
-            raise ValueError(
-                f"{what} reads OpenCL profiling events, but {self.info.describe()} was opened "
-                "with profiling=False: open it with Device.open(..., profiling=True) (the "
-                "default) or Device(info, profiling=True)."
-            )
+        queue does not record (the tuner's check, naming this device)."""
+        from kernels.tuner import require_profiling_queue
+
+        require_profiling_queue(self.queue, f"{what} on {self.info.describe()}")
 
     @cached_property
     def kernels(self):
