@@ -75,8 +75,9 @@ class InProcessGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
-def run_in_process(settings: dict) -> dict:
-    """Runs the federation ``settings`` describes; returns its history (with ``wall_s``)."""
+def run_in_process(settings: dict) -> tuple[dict, InProcessGrid]:
+    """Runs the federation ``settings`` describes; returns its history (with ``wall_s``) and the
+    grid, whose nodes' contexts hold what each client kept between rounds."""
     TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
     config = RunConfig.from_mapping(settings)
     grid = InProcessGrid(supernode_count(config), config.to_mapping())
@@ -84,7 +85,7 @@ def run_in_process(settings: dict) -> dict:
     run_server(grid, config)
     history = json.loads((Path(config.output_dir) / "history.json").read_text())
     history["wall_s"] = time.perf_counter() - started
-    return history
+    return history, grid
 
 
 def parse_pairs(arguments: list[str]) -> dict:
@@ -102,7 +103,7 @@ def parse_pairs(arguments: list[str]) -> dict:
 
 
 def main() -> None:
-    history = run_in_process(parse_pairs(sys.argv[1:]))
+    history, _ = run_in_process(parse_pairs(sys.argv[1:]))
     print(json.dumps({"final_accuracy": history.get("final_accuracy"),
                       "accuracy": [round(r["accuracy"], 4) for r in history["rounds"]],
                       "wall_s": round(history["wall_s"], 1)}), flush=True)

@@ -17,6 +17,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from compare_codecs import uplink_per_client_round
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -40,8 +42,8 @@ def run_one(out: Path, index: int, config: str, timeout_s: float) -> dict:
         row["rounds"] = len(trained)
         row["accuracy"] = [round(r["accuracy"], 4) for r in history["rounds"]]
         row["final"] = history["rounds"][-1]["accuracy"]
-        row["uplink_per_client_round"] = (sum(r["uplink_bytes"] / r["clients"] for r in trained)
-                                          / max(len(trained), 1))
+        row["uplink_per_client_round"] = (uplink_per_client_round(history["rounds"])
+                                          if trained else 0.0)
     return row
 
 

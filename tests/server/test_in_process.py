@@ -37,18 +37,12 @@ def test_two_rounds_with_error_feedback_kept_per_client(tmp_path):
     """Six FSDD speakers, top-k with error feedback: every client replies every round, the
     uplink is counted from the real encoded replies, and each node keeps its own residual in its
     persistent context between rounds."""
-    from flwr.supercore.task_identity import TaskIdentity
-
     from client_runtime.federated import RESIDUAL_KEY
-    from mgfl.run_config import RunConfig
-    from server.run import run_server
 
-    config = RunConfig.from_mapping({"num-rounds": 2, "local-steps": 2, "codec": "topk:0.01",
-                                     "output-dir": str(tmp_path / "run")})
-    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-    grid = in_process.InProcessGrid(6, config.to_mapping())
-    run_server(grid, config)
-    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    history, grid = in_process.run_in_process({"num-rounds": 2, "local-steps": 2,
+                                               "codec": "topk:0.01",
+                                               "output-dir": str(tmp_path / "run")})
+    assert [r["round"] for r in history["rounds"]] == [0, 1, 2] and history["wall_s"] > 0
     trained = [r for r in history["rounds"] if r["round"] > 0]
     assert [r["clients"] for r in trained] == [6, 6]
     dense_bytes = 4 * 24_000 * 6
@@ -58,12 +52,6 @@ def test_two_rounds_with_error_feedback_kept_per_client(tmp_path):
     second = [a.numpy() for a in residuals[1].values()]
     assert any(a.any() for a in first)
     assert any((a != b).any() for a, b in zip(first, second, strict=True))
-
-
-def test_run_in_process_returns_the_history(tmp_path):
-    history = in_process.run_in_process({"num-rounds": 1, "local-steps": 1,
-                                         "output-dir": str(tmp_path / "run")})
-    assert [r["round"] for r in history["rounds"]] == [0, 1] and history["wall_s"] > 0
 
 
 def test_sweep_runs_configs_side_by_side_and_summarises(tmp_path):
