@@ -12,8 +12,17 @@ states each client re-measures every round, so a residual would pile up every ro
 the global value, and sparsifying them leaves the server evaluating with stale statistics (a model
 evaluated with wrong statistics predicts one class). They go dense but coarse: each array's
 change against the global statistics the client received is quantised to ``bits`` bits with
-stochastic rounding (unbiased, so the average over clients converges on the true mean change and
-no residual is needed), with one scale per array. Variances (positive, as are the received ones)
+subtractive dither, with one scale per array. The sender adds a uniform dither of one step to
+every value before rounding and the receiver subtracts the same dither (regenerated from a seed in
+the bundle): the error is then uniform within half a step and independent of the value, so the
+average over clients converges on the true mean change with a third of the variance of
+stochastic rounding, and no residual is needed. The scale is the largest change, but at most
+``RMS_CLIP`` times the array's root mean square: one outlying channel no longer coarsens every
+other channel's step (its own change is clipped this round and the rest arrives in later rounds,
+as the client re-measures against the statistics it receives). Measured on FSDD, stc:0.023 after
+20 rounds (a PyTorch mirror of the federation, two seeds): 77% and 72% with stochastic rounding to
+the largest change, 89% and 87% with dither and the clipped scale, 90% with exactly averaged
+statistics. Variances (positive, as are the received ones)
 travel as the log of their ratio to the received variance, so that a coarse code cannot make a
 variance negative and small channels keep their relative precision; other statistics travel as
 plain differences. At 2 bits DS-CNN's 1,152 statistics take 288 bytes, against 1,152 (plus
@@ -32,10 +41,12 @@ Layout (the layout's arrays in order; ``bf16`` = bfloat16 little-endian)::
     b"MGC" | u8 version | u32 CRC-32 of the layout | 2 bits per array: 0 not sent, 1 sparse,
     2 statistic as difference, 3 statistic as log ratio (zero padding to a byte)
     | if any array is sparse: one ternary section over the sparse arrays (see ternary)
-    | if any is a statistic: u8 bits | bf16 scale per statistic | bits x entries codes, packed
+    | if any is a statistic: u8 bits | u32 dither seed | bf16 scale per statistic
+      | bits x entries codes, packed
 
-A code ``c`` stands for ``scale * (2 c / (2**bits - 1) - 1)``. The receiver needs the layout, and
-for log ratios the global statistics the change refers to.
+With ``d`` the dither of an entry (``numpy.random.default_rng(seed).random(entries) - 0.5`` over
+all statistics in order), a code ``c`` stands for ``scale * (2 (c - d) / (2**bits - 1) - 1)``.
+The receiver needs the layout, and for log ratios the global statistics the change refers to.
 """
 
 from __future__ import annotations
@@ -62,7 +73,8 @@ from mgfl.codecs.topk import entries_to_send
 from mgfl.codecs.wire import ByteReader
 
 COMPACT_MAGIC = b"MGC"
-COMPACT_VERSION = 1
+COMPACT_VERSION = 2
+RMS_CLIP = 2.5  # a statistic's scale: at most this many times its root mean square
 NOT_SENT, SPARSE, DIFFERENCE, LOG_RATIO = 0, 1, 2, 3
 
 
@@ -124,7 +136,10 @@ def encode_compact(
 
 def _encode_statistics(arrays, stats, bits, rng, reference, modes, sent) -> bytes:
     levels = (1 << bits) - 1
+    seed = int(rng.integers(1 << 32)) if rng is not None else 0
+    dither = _dither(seed, sum(int(np.size(arrays[n])) for n in stats))
     scales, codes = [], []
+    start = 0
     for name in stats:
         change = np.asarray(arrays[name], np.float64)
         base = None if reference is None else reference.get(name)
@@ -138,25 +153,42 @@ def _encode_statistics(arrays, stats, bits, rng, reference, modes, sent) -> byte
         else:
             modes[name] = DIFFERENCE
             value = change
-        scale_half = to_bfloat16(np.float32(np.max(np.abs(value), initial=0.0)), round_up=True)
+        scale_half = to_bfloat16(np.float32(statistic_scale(value)), round_up=True)
         scale = float(from_bfloat16(scale_half))
         if not np.isfinite(scale):
             raise CodecError(f"{name}: the change of this statistic overflows")
-        units = (value + scale) / (2 * scale) * levels if scale > 0 else np.zeros_like(value)
-        jitter = rng.random(units.shape) if rng is not None else 0.5
-        code = np.clip(np.floor(units + jitter), 0, levels).astype(np.int64)
+        shift = dither[start:start + change.size].reshape(change.shape)
+        start += change.size
+        if scale > 0:
+            units = (np.clip(value / scale, -1.0, 1.0) + 1.0) / 2.0 * levels
+            code = np.clip(np.round(units + shift), 0, levels).astype(np.int64)
+        else:
+            code = np.zeros(change.shape, np.int64)
         scales.append(scale_half)
         codes.append(code.reshape(-1))
-        decoded = _dequantise(code, scale, levels, modes[name],
+        decoded = _dequantise(code, shift, scale, levels, modes[name],
                               None if base is None else np.asarray(base))
         sent[name] = decoded.reshape(change.shape)
-    return b"".join([bytes([bits]), np.asarray(scales, "<u2").tobytes(),
+    return b"".join([bytes([bits]), seed.to_bytes(4, "little"), np.asarray(scales, "<u2").tobytes(),
                      pack(fixed_width_bits(np.concatenate(codes), bits))])
 
 
-def _dequantise(code: np.ndarray, scale: float, levels: int, mode: int,
+def statistic_scale(value: np.ndarray) -> float:
+    """The largest change, clipped to ``RMS_CLIP`` root mean squares."""
+    if value.size == 0:
+        return 0.0
+    largest = float(np.max(np.abs(value)))
+    return min(largest, RMS_CLIP * float(np.sqrt(np.mean(np.square(value)))))
+
+
+def _dither(seed: int, count: int) -> np.ndarray:
+    """The dither both sides derive from the bundle's seed: uniform in [-0.5, 0.5) steps."""
+    return np.random.default_rng(seed).random(count) - 0.5
+
+
+def _dequantise(code: np.ndarray, shift: np.ndarray, scale: float, levels: int, mode: int,
                 base: np.ndarray | None) -> np.ndarray:
-    value = scale * (2.0 * code / levels - 1.0)
+    value = scale * (2.0 * (code - shift) / levels - 1.0) if scale > 0 else np.zeros(code.shape)
     if mode == LOG_RATIO:
         with np.errstate(over="ignore", invalid="ignore"):
             value = np.asarray(base, np.float64) * np.expm1(value)
@@ -212,11 +244,13 @@ def _decode_statistics(reader: ByteReader, stats: list[str], modes: dict[str, in
     bits = reader.u8()
     if not 1 <= bits <= 8:
         raise reader.fail(f"statistics take {bits} bits an entry, outside 1..8")
+    seed = int.from_bytes(reader.take(4), "little")
     scales = read_magnitudes(reader, len(stats), "compact bundle statistics scales")
     sizes = [prod(expected[n]) for n in stats]
     stream = BitReader(reader.take(-(-bits * sum(sizes) // 8)), "compact bundle statistics")
     codes = stream.fixed_width(sum(sizes), bits)
     stream.byte_aligned_end()
+    dither = _dither(seed, sum(sizes))
     out = {}
     start = 0
     for name, size, scale in zip(stats, sizes, scales, strict=True):
@@ -230,7 +264,8 @@ def _decode_statistics(reader: ByteReader, stats: list[str], modes: dict[str, in
             if not (np.all(np.isfinite(base)) and np.all(base > 0)):
                 raise CodecError(f"{name} travels as a log ratio of a non-positive statistic")
         code = codes[start:start + size]
+        shift = dither[start:start + size]
         start += size
-        out[name] = _dequantise(code, float(scale), (1 << bits) - 1, modes[name],
+        out[name] = _dequantise(code, shift, float(scale), (1 << bits) - 1, modes[name],
                                 base).reshape(expected[name])
     return out

@@ -173,7 +173,7 @@ def parse_stc(argument: str) -> tuple[float, int]:
 class SparseTernary(Codec):
     """STC with error feedback. In an update (``encode_update``) it writes one compact bundle:
     top-k over all trained arrays together, and the BatchNorm running statistics as
-    ``statistics_bits``-bit stochastic deltas against the received global statistics (see
+    ``statistics_bits``-bit dithered deltas against the received global statistics (see
     ``mgfl.codecs.compact``). Alone, per array, it writes an ``stc`` record."""
 
     name = "stc"
