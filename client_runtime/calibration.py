@@ -224,7 +224,10 @@ def measure_class_efficiencies(device: Device, profile: DeviceProfile) -> dict[s
 
 def calibrate(device: Device) -> DeviceProfile:
     """A profile of ``device`` whose figures are all measured here (sustained fraction 1: the
-    measured GEMM rate, corrected for its occupancy, is what a compute-bound kernel reaches)."""
+    measured GEMM rate, corrected for its occupancy, is what a compute-bound kernel reaches).
+    Every figure is timed with profiling events: a device opened with ``profiling=False`` is
+    refused before anything runs."""
+    device.require_profiling("calibration")
     lanes = measure_lanes(device)
     flops = measure_flops(device, GEMM_SIZE, lanes)
     memory = measure_memory_bandwidth(device, COPY_ELEMENTS)

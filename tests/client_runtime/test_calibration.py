@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from client_runtime import calibration
 from mgfl.cost_model import predict
 
@@ -19,3 +21,10 @@ def test_calibrated_profile_is_positive_and_usable(device, monkeypatch):
     assert 0 < profile.launch_overhead_s < 1.0
     assert profile.memory_budget_bytes == device.info.global_mem_bytes
     assert predict([], 0, profile).total_s == 0.0
+
+
+def test_a_queue_without_profiling_events_is_refused_by_name(device):
+    from client_runtime.device import Device
+
+    with pytest.raises(ValueError, match="calibration on .*profiling=True"):
+        calibration.calibrate(Device(device.info, profiling=False))
