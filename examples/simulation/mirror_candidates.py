@@ -2,10 +2,10 @@
 kept so that the comparison can be run again. Their bytes are counted from what they would
 send (payload bits plus one bfloat16 scale per array and a 16-byte header), not from a wire
 format; their BatchNorm statistics arrive exact and uncounted, so compare them with
-``torch_mirror.py codec=stc:0.023 statistics=exact`` (measured 2026-11-30 on the H200: stc 2.3%
-90.0% at 595 bytes of weights; random-mask fraction=0.18, a seeded fifth of the entries on each
-client as one sign bit, 80.7% at 593 bytes; the same entries on every client (shared=1) 83.3%;
-low-rank rank=2, 47.0% at 638 bytes).
+``torch_mirror.py codec=stc:0.023 statistics=exact`` (measured 2026-11-30 on the H200, seed 0:
+stc 2.3% 89.3% after 20 rounds; random-mask fraction=0.18, a seeded 18% of the entries on each
+client as one sign bit each, 83.3% at 593 bytes; the same entries on every client (shared=1)
+80.3%; low-rank rank=2 46.3% at 638 bytes; rows in benchmarks/h200-2026-11-30-mirror/).
 
 - ``random-mask``: each round a seeded ``fraction`` of each client's weight entries travels as
   its sign times the array's mean magnitude, with error feedback; no positions travel, both sides
