@@ -39,6 +39,21 @@ def uniform(values: np.ndarray, bits: int, rng: np.random.Generator) -> np.ndarr
     return scale * (2 * code / levels - 1)
 
 
+def send_masked(names, changes, residual, fraction, rng, sent, kept) -> int:
+    """A seeded ``fraction`` of each array's entries as signs times their mean magnitude, the rest
+    kept for the next round; returns the bits."""
+    bits = 0
+    for name in names:
+        corrected = (changes[name] + residual[name]).reshape(-1)
+        mask = rng.random(corrected.size) < fraction
+        decoded = np.zeros_like(corrected)
+        decoded[mask] = sign_times_mean(corrected[mask])
+        bits += int(mask.sum()) + 16
+        sent[name] = decoded.reshape(changes[name].shape)
+        kept[name] = (corrected - decoded).reshape(changes[name].shape)
+    return bits
+
+
 class ExactStatistics:
     """Adds the exact statistics of the model the server will hold (uncounted)."""
 
@@ -58,15 +73,8 @@ class RandomMask(ExactStatistics):
         m = self.mirror
         residual = memory.get("residual") or {n: np.zeros_like(changes[n]) for n in m.trained}
         rng = np.random.default_rng([99, m.round, 0 if self.shared else client])
-        sent, kept, bits = {}, {}, 0
-        for name in m.trained:
-            corrected = (changes[name] + residual[name]).reshape(-1)
-            mask = rng.random(corrected.size) < self.fraction
-            decoded = np.zeros_like(corrected)
-            decoded[mask] = sign_times_mean(corrected[mask])
-            bits += int(mask.sum()) + 16
-            sent[name] = decoded.reshape(changes[name].shape)
-            kept[name] = (corrected - decoded).reshape(changes[name].shape)
+        sent, kept = {}, {}
+        bits = send_masked(m.trained, changes, residual, self.fraction, rng, sent, kept)
         memory["residual"] = kept
         return self.finish(m, client, sent, received, seed), HEADER_BYTES + bits / 8
 
@@ -77,7 +85,6 @@ class LowRank(ExactStatistics):
         self.rank = int(options.get("rank", 2))
         self.matrices = {n: (mirror.initial[n].shape[0], int(np.prod(mirror.initial[n].shape[1:])))
                          for n in mirror.trained if mirror.initial[n].ndim >= 2}
-        self.vectors = RandomMask(mirror, {"fraction": "0.5"})
         self.bases: dict[str, tuple[str, np.ndarray]] = {}
         self.aggregate: dict[str, np.ndarray] = {}
         self.basis_round = 0
@@ -119,17 +126,9 @@ class LowRank(ExactStatistics):
             bits += 4 * factor.size + 16
             sent[name] = decoded.reshape(changes[name].shape).astype(np.float32)
             kept[name] = (corrected - decoded).reshape(changes[name].shape).astype(np.float32)
-        vector_rng = np.random.default_rng([99, m.round, client])
-        for name in m.trained:
-            if name in self.matrices:
-                continue
-            corrected = (changes[name] + residual[name]).reshape(-1)
-            mask = vector_rng.random(corrected.size) < 0.5
-            decoded = np.zeros_like(corrected)
-            decoded[mask] = sign_times_mean(corrected[mask])
-            bits += int(mask.sum()) + 16
-            sent[name] = decoded.reshape(changes[name].shape)
-            kept[name] = (corrected - decoded).reshape(changes[name].shape)
+        vectors = [n for n in m.trained if n not in self.matrices]
+        bits += send_masked(vectors, changes, residual, 0.5,
+                            np.random.default_rng([99, m.round, client]), sent, kept)
         memory["residual"] = kept
         return self.finish(m, client, sent, received, seed), HEADER_BYTES + bits / 8
 
