@@ -7,6 +7,7 @@ trains (PyTorch's, from mgfl's initial weights) and the absence of Flower around
     python torch_mirror.py codec=stc:0.023
     python torch_mirror.py codec=stc:0.023 statistics=exact     # weights coded, statistics free
     python torch_mirror.py codec=none freeze-statistics-after=3
+    python torch_mirror.py codec=stc:0.023 proximal-mu=1
     python torch_mirror.py candidate=random-mask fraction=0.18   # see mirror_candidates.py
 
 ``statistics=exact`` is a diagnostic, not a codec: each client's statistics (measured on the model
@@ -45,6 +46,7 @@ class Mirror:
         self.batch = int(options.get("batch", 32))
         self.seed = int(options.get("seed", 0))
         self.freeze_after = int(options.get("freeze-statistics-after", 10**9))
+        self.proximal_mu = float(options.get("proximal-mu", 0.0))
         config = RunConfig.from_mapping({})
         model = _model(config)
         self.initial = model.init_state(config.model_seed)
@@ -90,7 +92,9 @@ class Mirror:
         if self.round > self.freeze_after:
             for bn in self.batchnorms():
                 bn.eval()
-        optimizer = torch.optim.Adam([self.tensor(n) for n in self.trained], lr=self.lr)
+        weights = [self.tensor(n) for n in self.trained]
+        anchors = [w.detach().clone() for w in weights]
+        optimizer = torch.optim.Adam(weights, lr=self.lr)
         x = self.on_device(("x", client), data.x_train.astype(np.float32))
         y = self.on_device(("y", client), data.y_train.astype(np.int64))
         rng = np.random.default_rng(seed)
@@ -104,6 +108,10 @@ class Mirror:
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(self.net(x[index]), y[index]).backward()
             optimizer.step()
+            if self.proximal_mu:  # FedProx's pull, as client_runtime.proximal applies it
+                with torch.no_grad():
+                    for weight, anchor in zip(weights, anchors, strict=True):
+                        weight -= self.lr * self.proximal_mu * (weight - anchor)
         return self.read(self.trained + self.buffers)
 
     def statistics(self, state, client: int, seed: int) -> dict[str, np.ndarray]:
