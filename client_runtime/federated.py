@@ -15,6 +15,7 @@ import resource
 import sys
 import time
 from collections import OrderedDict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -316,23 +317,9 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     x_eval, y_eval = (data.x_test, data.y_test) if has_test else (data.x_train, data.y_train)
     mu = float(settings.get("proximal-mu", 0.0)) if config.strategy == "fedprox" else 0.0
     started = time.perf_counter()
-    if mu > 0:
-        anchors = {name: received[name] for name in layout.trainable}
-        with ProximalPull(step, anchors, mu, config.lr):
-            result, step = train(
-                device,
-                model,
-                state,
-                data.x_train,
-                data.y_train,
-                train_config,
-                optimizer,
-                trainable,
-                x_eval,
-                y_eval,
-                step=step,
-            )
-    else:
+    anchors = {name: received[name] for name in layout.trainable}
+    pull = ProximalPull(step, anchors, mu, config.lr) if mu > 0 else nullcontext()
+    with pull:
         result, step = train(
             device,
             model,

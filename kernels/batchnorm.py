@@ -67,6 +67,27 @@ def _group_kernel(lib: KernelLibrary, name: str, defines: Defines, group: int) -
     return kernel
 
 
+def _channel_launch(lib: KernelLibrary, name: str, defines: dict, c: int,
+                    buffers: list[cl.Buffer | None], scalars: list, *, flops: int,
+                    bytes_moved: int) -> list[Launch]:
+    """``name`` as one work-group of ``BN_GROUP`` items per channel, over ``buffers`` (None
+    where a gradient is not wanted) and then ``scalars``."""
+    group = defines["BN_GROUP"]
+    kernel = _group_kernel(lib, name, defines, group)
+    kernel.set_args(*buffers, *scalars)
+    return [Launch(name, kernel, (c * group,), (group,), flops=flops, bytes_moved=bytes_moved,
+                   keep_alive=[b for b in buffers if b is not None])]
+
+
+def _gradient_defines(lib: KernelLibrary, defines: Defines | None, with_dx: bool,
+                      dgamma: cl.Buffer | None, dbeta: cl.Buffer | None) -> dict:
+    """The resolved defines of a backward that computes only the wanted gradients."""
+    resolved = _resolve(lib, defines)
+    resolved.update(WITH_DX=int(with_dx), WITH_DGAMMA=int(dgamma is not None),
+                    WITH_DBETA=int(dbeta is not None))
+    return resolved
+
+
 def _check_shape(n: int, c: int, hw: int) -> None:
     if min(n, c, hw) < 1:
         raise ValueError(f"batch norm needs positive sizes, got n={n}, c={c}, hw={hw}")
@@ -101,25 +122,13 @@ def batchnorm_forward_train(
             f"batch norm in training needs more than one value per channel (n={n}, hw={hw}): "
             "use a larger batch or the evaluation forward"
         )
-    defines = _resolve(lib, defines)
-    group = defines["BN_GROUP"]
-    kernel = _group_kernel(lib, "batchnorm_forward_train", defines, group)
-    buffers = [x, gamma, beta, y, mean, invstd, running_mean, running_var]
-    kernel.set_args(
-        *buffers, as_int(n), as_int(c), as_int(hw), np.float32(momentum), np.float32(eps)
-    )
     total = n * c * hw
-    return [
-        Launch(
-            "batchnorm_forward_train",
-            kernel,
-            (c * group,),
-            (group,),
-            flops=7 * total + 12 * c,
-            bytes_moved=16 * total + 32 * c,
-            keep_alive=buffers,
-        )
-    ]
+    return _channel_launch(
+        lib, "batchnorm_forward_train", _resolve(lib, defines), c,
+        [x, gamma, beta, y, mean, invstd, running_mean, running_var],
+        [as_int(n), as_int(c), as_int(hw), np.float32(momentum), np.float32(eps)],
+        flops=7 * total + 12 * c, bytes_moved=16 * total + 32 * c,
+    )
 
 
 def batchnorm_forward_eval(
@@ -139,23 +148,13 @@ def batchnorm_forward_eval(
 ) -> list[Launch]:
     """Normalize with the running statistics; ``y`` may alias ``x``."""
     _check_shape(n, c, hw)
-    defines = _resolve(lib, defines)
-    group = defines["BN_GROUP"]
-    kernel = _group_kernel(lib, "batchnorm_forward_eval", defines, group)
-    buffers = [x, gamma, beta, y, running_mean, running_var]
-    kernel.set_args(*buffers, as_int(n), as_int(c), as_int(hw), np.float32(eps))
     total = n * c * hw
-    return [
-        Launch(
-            "batchnorm_forward_eval",
-            kernel,
-            (c * group,),
-            (group,),
-            flops=2 * total + 4 * c,
-            bytes_moved=8 * total + 16 * c,
-            keep_alive=buffers,
-        )
-    ]
+    return _channel_launch(
+        lib, "batchnorm_forward_eval", _resolve(lib, defines), c,
+        [x, gamma, beta, y, running_mean, running_var],
+        [as_int(n), as_int(c), as_int(hw), np.float32(eps)],
+        flops=2 * total + 4 * c, bytes_moved=8 * total + 16 * c,
+    )
 
 
 def batchnorm_backward(
@@ -186,28 +185,14 @@ def batchnorm_backward(
     with_dx = input_grad
     if not (with_dx or dgamma is not None or dbeta is not None):
         return []
-    defines = _resolve(lib, defines)
-    group = defines["BN_GROUP"]
-    defines.update(
-        WITH_DX=int(with_dx),
-        WITH_DGAMMA=int(dgamma is not None),
-        WITH_DBETA=int(dbeta is not None),
-    )
-    kernel = _group_kernel(lib, "batchnorm_backward", defines, group)
-    bound = [x, dy, gamma, mean, invstd, dx if with_dx else None, dgamma, dbeta]
-    kernel.set_args(*bound, as_int(n), as_int(c), as_int(hw), as_int(int(accumulate)))
     total = n * c * hw
-    return [
-        Launch(
-            "batchnorm_backward",
-            kernel,
-            (c * group,),
-            (group,),
-            flops=(5 + (6 if with_dx else 0)) * total + 8 * c,
-            bytes_moved=(8 + (12 if with_dx else 0)) * total + 32 * c,
-            keep_alive=[b for b in bound if b is not None],
-        )
-    ]
+    return _channel_launch(
+        lib, "batchnorm_backward", _gradient_defines(lib, defines, with_dx, dgamma, dbeta), c,
+        [x, dy, gamma, mean, invstd, dx if with_dx else None, dgamma, dbeta],
+        [as_int(n), as_int(c), as_int(hw), as_int(int(accumulate))],
+        flops=(5 + (6 if with_dx else 0)) * total + 8 * c,
+        bytes_moved=(8 + (12 if with_dx else 0)) * total + 32 * c,
+    )
 
 
 def batchnorm_backward_frozen(
@@ -237,28 +222,13 @@ def batchnorm_backward_frozen(
         raise ValueError("gamma's gradient needs the forward input x")
     if dx is None and dgamma is None and dbeta is None:
         return []
-    defines = _resolve(lib, defines)
-    group = defines["BN_GROUP"]
-    defines.update(
-        WITH_DX=int(dx is not None),
-        WITH_DGAMMA=int(dgamma is not None),
-        WITH_DBETA=int(dbeta is not None),
-    )
-    kernel = _group_kernel(lib, "batchnorm_backward_frozen", defines, group)
-    bound = [x, dy, gamma, running_mean, running_var, dx, dgamma, dbeta]
-    kernel.set_args(
-        *bound, as_int(n), as_int(c), as_int(hw), np.float32(eps), as_int(int(accumulate))
-    )
     total = n * c * hw
     reads = (4 if dgamma is not None or dbeta is not None else 0) + (4 if dgamma is not None else 0)
-    return [
-        Launch(
-            "batchnorm_backward_frozen",
-            kernel,
-            (c * group,),
-            (group,),
-            flops=(3 if dgamma is not None else 1) * total + (total if dx is not None else 0),
-            bytes_moved=(reads + (8 if dx is not None else 0)) * total + 32 * c,
-            keep_alive=[b for b in bound if b is not None],
-        )
-    ]
+    return _channel_launch(
+        lib, "batchnorm_backward_frozen",
+        _gradient_defines(lib, defines, dx is not None, dgamma, dbeta), c,
+        [x, dy, gamma, running_mean, running_var, dx, dgamma, dbeta],
+        [as_int(n), as_int(c), as_int(hw), np.float32(eps), as_int(int(accumulate))],
+        flops=(3 if dgamma is not None else 1) * total + (total if dx is not None else 0),
+        bytes_moved=(reads + (8 if dx is not None else 0)) * total + 32 * c,
+    )
