@@ -54,26 +54,13 @@ def _resolve(lib: KernelLibrary, defines: Defines | None) -> dict:
     return resolved
 
 
-def _group_kernel(lib: KernelLibrary, name: str, defines: Defines, group: int) -> cl.Kernel:
-    """The kernel, checked to run work-groups of ``group`` items on this device (a kernel's own
-    limit can be below the device's when it needs many registers)."""
-    kernel = lib.kernel(PROGRAM, name, defines)
-    limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, lib.device)
-    if group > limit:
-        raise ValueError(
-            f"{name} runs at most {limit} work-items per group on {lib.device.name.strip()}; "
-            f"build it with a smaller {GROUP_DEFINE} (got {group})"
-        )
-    return kernel
-
-
 def _channel_launch(lib: KernelLibrary, name: str, defines: dict, c: int,
                     buffers: list[cl.Buffer | None], scalars: list, *, flops: int,
                     bytes_moved: int) -> list[Launch]:
     """``name`` as one work-group of ``BN_GROUP`` items per channel, over ``buffers`` (None
     where a gradient is not wanted) and then ``scalars``."""
     group = defines["BN_GROUP"]
-    kernel = _group_kernel(lib, name, defines, group)
+    kernel = lib.group_kernel(PROGRAM, name, defines, GROUP_DEFINE)
     kernel.set_args(*buffers, *scalars)
     return [Launch(name, kernel, (c * group,), (group,), flops=flops, bytes_moved=bytes_moved,
                    keep_alive=[b for b in buffers if b is not None])]

@@ -101,6 +101,20 @@ class KernelLibrary:
         """A fresh kernel object, so that each launch can bind its own arguments once."""
         return cl.Kernel(self.program(program_name, defines), kernel_name)
 
+    def group_kernel(self, program_name: str, kernel_name: str, defines: Defines,
+                     group_define: str) -> cl.Kernel:
+        """``kernel``, checked to run work-groups of ``defines[group_define]`` items on this
+        device (a kernel's own limit can be below the device's when it needs many registers)."""
+        group = int(defines[group_define])
+        kernel = self.kernel(program_name, kernel_name, defines)
+        limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
+        if group > limit:
+            raise ValueError(
+                f"{kernel_name} runs at most {limit} work-items per group on "
+                f"{self.device.name.strip()}; build it with a smaller {group_define} (got {group})"
+            )
+        return kernel
+
     def _compile(self, name: str, source: str, options: list[str], defines: Defines) -> cl.Program:
         try:
             program = cl.Program(self.context, source).build(options=options, cache_dir=False)

@@ -32,32 +32,22 @@ def default_lanes(c: int) -> int:
     return lanes
 
 
-def row_defines(lib: KernelLibrary, c: int, defines: Defines | None) -> Defines:
-    """XENT_GROUP and XENT_LANES: those given, else defaults for ``c`` classes on this device."""
+def row_defines(lib: KernelLibrary, c: int, defines: Defines | None,
+                prefix: str = "XENT") -> Defines:
+    """``{prefix}_GROUP`` and ``{prefix}_LANES`` (work-items per group and per row) of a
+    row-per-group kernel: those given, else defaults for ``c`` classes on this device."""
     defines = dict(defines or {})
-    group = int(defines.get("XENT_GROUP", min(DEFAULT_GROUP, lib.device.max_work_group_size)))
-    lanes = int(defines.get("XENT_LANES", min(default_lanes(c), group)))
+    group_key, lanes_key = f"{prefix}_GROUP", f"{prefix}_LANES"
+    group = int(defines.get(group_key, min(DEFAULT_GROUP, lib.device.max_work_group_size)))
+    lanes = int(defines.get(lanes_key, min(default_lanes(c), group)))
     if not (_power_of_two(group) and _power_of_two(lanes)) or lanes > group:
-        raise ValueError(f"XENT_GROUP={group} and XENT_LANES={lanes} must be powers of two with "
-                         "XENT_LANES <= XENT_GROUP")
+        raise ValueError(f"{group_key}={group} and {lanes_key}={lanes} must be powers of two "
+                         f"with {lanes_key} <= {group_key}")
     if group > lib.device.max_work_group_size:
-        raise ValueError(f"XENT_GROUP={group} exceeds the device's max_work_group_size "
+        raise ValueError(f"{group_key}={group} exceeds the device's max_work_group_size "
                          f"{lib.device.max_work_group_size}")
-    defines.update(XENT_GROUP=group, XENT_LANES=lanes)
+    defines.update({group_key: group, lanes_key: lanes})
     return defines
-
-
-def _group_kernel(lib: KernelLibrary, name: str, defines: Defines, group: int) -> cl.Kernel:
-    """The kernel, checked to run work-groups of ``group`` items on this device (a kernel's own
-    limit can be below the device's when it needs many registers)."""
-    kernel = lib.kernel(PROGRAM, name, defines)
-    limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, lib.device)
-    if group > limit:
-        raise ValueError(
-            f"{name} runs at most {limit} work-items per group on {lib.device.name.strip()}; "
-            f"build it with a smaller {GROUP_DEFINE} (got {group})"
-        )
-    return kernel
 
 
 def _check_shape(n: int, c: int) -> None:
@@ -85,7 +75,7 @@ def softmax_xent(
     row's loss and gradient NaN."""
     _check_shape(n, c)
     defines = row_defines(lib, c, defines)
-    kernel = _group_kernel(lib, "softmax_xent", defines, defines["XENT_GROUP"])
+    kernel = lib.group_kernel(PROGRAM, "softmax_xent", defines, GROUP_DEFINE)
     buffers = [logits, labels, dlogits, stats]
     kernel.set_args(*buffers, as_int(n), as_int(c), np.float32(grad_scale))
     group = defines["XENT_GROUP"]
@@ -115,7 +105,7 @@ def softmax_xent_eval(
     """``stats += [loss sum, correct predictions, counted rows]`` without a gradient."""
     _check_shape(n, c)
     defines = row_defines(lib, c, defines)
-    kernel = _group_kernel(lib, "softmax_xent_eval", defines, defines["XENT_GROUP"])
+    kernel = lib.group_kernel(PROGRAM, "softmax_xent_eval", defines, GROUP_DEFINE)
     buffers = [logits, labels, stats]
     kernel.set_args(*buffers, as_int(n), as_int(c))
     group = defines["XENT_GROUP"]
