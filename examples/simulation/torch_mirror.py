@@ -27,9 +27,11 @@ import time
 import numpy as np
 import torch
 
-from client_runtime.federated import _dataset, _model, client_data
+from client_runtime.federated import client_data
 from mgfl.bench.torch_reference import build_torch_model
 from mgfl.codecs import encode_update, get_codec
+from mgfl.data.registry import load_dataset
+from mgfl.onnx_import import build_or_import_model
 from mgfl.run_config import RunConfig
 from mgfl.update_layout import UpdateLayout
 
@@ -48,11 +50,12 @@ class Mirror:
         self.freeze_after = int(options.get("freeze-statistics-after", 10**9))
         self.proximal_mu = float(options.get("proximal-mu", 0.0))
         config = RunConfig.from_mapping({})
-        model = _model(config)
+        self.dataset = load_dataset(config.dataset)
+        model = build_or_import_model(config.model, input_shape=self.dataset.input_shape,
+                                      num_classes=self.dataset.num_classes)
         self.initial = model.init_state(config.model_seed)
         layout = UpdateLayout.of(model, set(model.parameter_shapes()))
         self.trained, self.buffers = list(layout.trainable), list(layout.buffers)
-        self.dataset = _dataset(config.dataset)
         self.clients = [client_data(config, i, 6) for i in range(6)]
         sizes = np.array([len(c.y_train) for c in self.clients], np.float64)
         self.client_weights = sizes / sizes.sum()
