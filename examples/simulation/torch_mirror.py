@@ -207,6 +207,9 @@ def main(argv: list[str]) -> None:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return
+    malformed = [a for a in argv if "=" not in a]
+    if malformed:
+        raise SystemExit(f"arguments are key=value pairs (see --help), got {malformed}")
     options = dict(a.split("=", 1) for a in argv)
     torch.set_num_threads(int(options.get("threads", 2)))
     mirror = Mirror(options)
