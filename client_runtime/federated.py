@@ -317,8 +317,8 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     x_eval, y_eval = (data.x_test, data.y_test) if has_test else (data.x_train, data.y_train)
     mu = float(settings.get("proximal-mu", 0.0)) if config.strategy == "fedprox" else 0.0
     started = time.perf_counter()
-    anchors = {name: received[name] for name in layout.trainable}
-    pull = ProximalPull(step, anchors, mu, config.lr) if mu > 0 else nullcontext()
+    pull = (ProximalPull(step, {n: received[n] for n in layout.trainable}, mu, config.lr)
+            if mu > 0 else nullcontext())
     with pull:
         result, step = train(
             device,

@@ -59,7 +59,7 @@ def _channel_launch(lib: KernelLibrary, name: str, defines: dict, c: int,
                     bytes_moved: int) -> list[Launch]:
     """``name`` as one work-group of ``BN_GROUP`` items per channel, over ``buffers`` (None
     where a gradient is not wanted) and then ``scalars``."""
-    group = defines["BN_GROUP"]
+    group = defines[GROUP_DEFINE]
     kernel = lib.group_kernel(PROGRAM, name, defines, GROUP_DEFINE)
     kernel.set_args(*buffers, *scalars)
     return [Launch(name, kernel, (c * group,), (group,), flops=flops, bytes_moved=bytes_moved,

@@ -58,9 +58,7 @@ class ExactStatistics:
     """Adds the exact statistics of the model the server will hold (uncounted)."""
 
     def finish(self, mirror, client, sent, received, seed) -> dict[str, np.ndarray]:
-        model = {**received, **{n: received[n] + sent[n] for n in mirror.trained}}
-        measured = mirror.statistics(model, client, seed)
-        return {**sent, **{n: measured[n] - received[n] for n in mirror.buffers}}
+        return {**sent, **mirror.statistics_change(sent, received, client, seed)}
 
 
 class RandomMask(ExactStatistics):

@@ -130,6 +130,13 @@ class Mirror:
                 self.net(x[torch.from_numpy(order[start:start + self.batch]).to(self.device)])
         return self.read(self.buffers)
 
+    def statistics_change(self, sent, received, client: int, seed: int) -> dict[str, np.ndarray]:
+        """The change of the statistics, measured on the client's samples for the model the
+        server will hold (the received weights plus the sent update), as under a sparse codec."""
+        held = {**received, **{n: received[n] + sent[n] for n in self.trained}}
+        measured = self.statistics(held, client, seed)
+        return {n: measured[n] - received[n] for n in self.buffers}
+
     def accuracy(self, state) -> float:
         self.load(state)
         self.net.eval()
@@ -144,11 +151,11 @@ class CodecUplink:
 
     def __init__(self, mirror: Mirror, spec: str, exact: bool):
         self.mirror, self.codec, self.exact = mirror, get_codec(spec), exact
+        self.buffer_codec = get_codec(RunConfig.from_mapping({"codec": spec})
+                                      .uplink_buffer_codec())
 
     def __call__(self, client, changes, received, memory, seed):
-        m, codec = self.mirror, self.codec
-        buffer_codec = get_codec(RunConfig.from_mapping({"codec": codec.spec})
-                                 .uplink_buffer_codec())
+        m, codec, buffer_codec = self.mirror, self.codec, self.buffer_codec
         codec_of = {n: buffer_codec for n in m.buffers}
         if m.round > m.freeze_after:  # statistics stay: nothing of them travels
             changes = {n: changes[n] for n in m.trained}
@@ -156,10 +163,8 @@ class CodecUplink:
         encoded = encode_update(changes, codec, memory.get("residual"),
                                 np.random.default_rng(seed), codec_of=codec_of,
                                 reference=received)
-        sent_model = {**received, **{n: received[n] + encoded.sent[n] for n in m.trained}}
         if codec_of and (codec.sparse or self.exact):
-            measured = m.statistics(sent_model, client, seed)
-            changes = {**changes, **{n: measured[n] - received[n] for n in m.buffers}}
+            changes = {**changes, **m.statistics_change(encoded.sent, received, client, seed)}
             encoded = encode_update(changes, codec, memory.get("residual"),
                                     np.random.default_rng(seed), codec_of=codec_of,
                                     reference=received)
