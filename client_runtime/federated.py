@@ -341,10 +341,12 @@ def train_round(content: RecordDict, context: Context) -> RecordDict:
     codecs_spec = f"{codec.spec}|{buffer_codec.spec}"
     feedback = codec.error_feedback or buffer_codec.error_feedback
     residuals = _load_residuals(context, codecs_spec) if feedback else None
+    # the running statistics stay home in the rounds that do not send them (statistics-every)
+    omit = () if config.sends_statistics(server_round) else layout.buffers
     encoded = encode_update(changes, codec, residuals, np.random.default_rng(seed),
                             codec_of={name: buffer_codec for name in layout.buffers},
-                            reference=received)
-    if codec.sparse and layout.buffers:
+                            reference=received, omit=omit)
+    if codec.sparse and layout.buffers and not omit:
         # a sparse update moves the server's weights a little, the local statistics follow the
         # locally trained weights: send those of the model the server will hold instead
         sent_model = {**state, **{n: received[n] + encoded.sent[n] for n in layout.trainable}}

@@ -58,6 +58,7 @@ class RunConfig:
     codec: str = "none"  # uplink: none | fp16 | int8 | int8-channel | topk:F | stc:F[:B]
     buffer_codec: str = "auto"  # BatchNorm statistics; auto = the uplink codec, int8 if sparse
     downlink_codec: str = "none"  # none | fp16 (dense codecs only: clients start from it)
+    statistics_every: int = 1  # BatchNorm statistics travel every K rounds and in the last
     # where things happen
     device: str = ""  # OpenCL device of clients and server evaluation; "" = MGFL_DEVICE or auto
     eval_batch: int = 100
@@ -115,6 +116,8 @@ class RunConfig:
         faults = (self.fault_crash, self.fault_timeout, self.fault_late)
         if any(f < 0 for f in faults) or sum(faults) > 1:
             raise ValueError("fault-crash, fault-timeout and fault-late are shares summing to <= 1")
+        if self.statistics_every < 1:
+            raise ValueError("statistics-every must be at least 1 (1: every round)")
         if self.max_update_bytes < 0 or self.update_norm_bound < 0 or self.min_replies < 0:
             raise ValueError("max-update-bytes, update-norm-bound and min-replies must be >= 0")
         from mgfl.codecs import get_codec
@@ -138,6 +141,16 @@ class RunConfig:
                              "time: set devices (mix or a profile name) too")
         if self.uplink_mbps <= 0:
             raise ValueError("uplink-mbps must be positive")
+
+    def sends_statistics(self, server_round: int) -> bool:
+        """Whether clients send their BatchNorm running statistics in ``server_round``: every
+        ``statistics-every`` rounds, and always in the last so that the final model evaluates
+        with fresh ones. Training normalises with batch statistics (a BatchNorm with frozen
+        statistics runs over ones that never move), so the running ones matter only to
+        evaluation: with a sparse codec their bytes buy more weights' entries instead
+        (docs/federated.md). A round the client does not know (0) sends them."""
+        return (self.statistics_every == 1 or server_round <= 0
+                or server_round % self.statistics_every == 0 or server_round >= self.num_rounds)
 
     def uplink_buffer_codec(self) -> str:
         """The codec of the BatchNorm statistics' change. A sparse codec would starve them (a

@@ -9,13 +9,19 @@ trains (PyTorch's, from mgfl's initial weights) and the absence of Flower around
     python torch_mirror.py codec=none freeze-statistics-after=3
     python torch_mirror.py codec=stc:0.023 proximal-mu=1
     python torch_mirror.py candidate=random-mask fraction=0.18   # see mirror_candidates.py
+    python torch_mirror.py codec=stc:0.038:3 statistics-every=5   # the run config's key
 
 ``statistics=exact`` is a diagnostic, not a codec: each client's statistics (measured on the model
 the server will hold, as under stc) reach the server unquantised and uncounted, which shows what
 the weights' coding alone costs. ``freeze-statistics-after=K`` trains with BatchNorm over its
 running statistics after round K (they then stop moving and need not travel; the statistics of
-rounds up to K travel as mgfl's codec sends them). Prints one JSON line: accuracy per round, mean
-uplink bytes per client and round, and the ratio to float32.
+rounds up to K travel as mgfl's codec sends them). ``statistics-every=K`` is the run config's
+key: the statistics travel every K rounds and in the last. Tried and dropped (docs/federated.md):
+``lookahead=1`` (a client trains on from the global model plus its unsent residual),
+``residual-decay=D`` (the residual shrinks by D each round), ``server-lr=S`` (the server steps S
+times the aggregated change of the trained arrays). Prints one JSON line: accuracy per round,
+mean uplink bytes per client and round, the ratio to float32, and a candidate's ``report``
+where it has one. ``plot_mirror.py`` compares runs seed by seed.
 """
 
 from __future__ import annotations
@@ -49,7 +55,12 @@ class Mirror:
         self.seed = int(options.get("seed", 0))
         self.freeze_after = int(options.get("freeze-statistics-after", 10**9))
         self.proximal_mu = float(options.get("proximal-mu", 0.0))
-        config = RunConfig.from_mapping({})
+        self.server_lr = float(options.get("server-lr", 1.0))
+        self.lookahead = options.get("lookahead", "0") == "1"
+        self.residual_decay = float(options.get("residual-decay", 1.0))
+        config = RunConfig.from_mapping({"num-rounds": self.rounds, "statistics-every":
+                                         int(options.get("statistics-every", 1))})
+        self.config = config
         self.dataset = load_dataset(config.dataset)
         model = build_or_import_model(config.model, input_shape=self.dataset.input_shape,
                                       num_classes=self.dataset.num_classes)
@@ -160,10 +171,11 @@ class CodecUplink:
         if m.round > m.freeze_after:  # statistics stay: nothing of them travels
             changes = {n: changes[n] for n in m.trained}
             codec_of = {}
+        omit = () if m.config.sends_statistics(m.round) or not codec_of else m.buffers
         encoded = encode_update(changes, codec, memory.get("residual"),
                                 np.random.default_rng(seed), codec_of=codec_of,
-                                reference=received)
-        if codec_of and (codec.sparse or self.exact):
+                                reference=received, omit=omit)
+        if codec_of and not omit and (codec.sparse or self.exact):
             changes = {**changes, **m.statistics_change(encoded.sent, received, client, seed)}
             encoded = encode_update(changes, codec, memory.get("residual"),
                                     np.random.default_rng(seed), codec_of=codec_of,
@@ -192,17 +204,28 @@ def run(mirror: Mirror, uplink, label: str) -> dict:
         for client in range(len(mirror.clients)):
             seed = int(np.random.SeedSequence([mirror.seed, server_round, client])
                        .generate_state(1)[0])
-            trained = mirror.train(state, client, seed)
+            memory = memories[client]
+            start = state
+            if memory.get("residual") and mirror.residual_decay != 1.0:
+                memory["residual"] = {n: mirror.residual_decay * r
+                                      for n, r in memory["residual"].items()}
+            if mirror.lookahead and memory.get("residual"):
+                # the client trains on from the global model plus what it has not yet sent
+                residual = memory.pop("residual")
+                start = {**state, **{n: state[n] + residual[n] for n in mirror.trained}}
+            trained = mirror.train(start, client, seed)
             changes = {n: trained[n] - state[n] for n in mirror.trained + mirror.buffers}
             sent, nbytes = uplink(client, changes, state, memories[client], seed)
             sizes.append(nbytes)
             for name in state:
                 total[name] += mirror.client_weights[client] * sent[name]
-        state = {n: (state[n] + total[n]).astype(np.float32) for n in state}
+        step = {n: mirror.server_lr if n in mirror.trained else 1.0 for n in state}
+        state = {n: (state[n] + step[n] * total[n]).astype(np.float32) for n in state}
         accuracy.append(mirror.accuracy(state))
         uplink_bytes.append(float(np.mean(sizes)))
     mean_bytes = float(np.mean(uplink_bytes))
-    return {"run": label, "final_accuracy": accuracy[-1], "accuracy": accuracy,
+    extra = {"report": uplink.report()} if hasattr(uplink, "report") else {}
+    return {**extra, "run": label, "final_accuracy": accuracy[-1], "accuracy": accuracy,
             "uplink_bytes_per_client_round": round(mean_bytes, 1),
             "ratio_vs_float32": round(FLOAT32_UPLINK / mean_bytes, 1),
             "seconds": round(time.time() - started, 1)}

@@ -92,17 +92,20 @@ def encode_compact(
     rng: np.random.Generator | None,
     statistics: Collection[str],
     reference: Mapping[str, np.ndarray] | None,
+    omit: Collection[str] = (),
 ) -> tuple[bytes, dict[str, np.ndarray], dict[str, FeedbackStep]]:
     """The bundle, what the receiver decodes per array, and the error-feedback step of each
     sparse array. ``statistics`` names the running statistics; ``reference`` holds the global
-    values they changed from (without it every statistic travels as a difference)."""
+    values they changed from (without it every statistic travels as a difference). Arrays in
+    ``omit`` are marked not sent (their decoded change is zero) and take no bytes."""
     names = list(arrays)
+    sent: dict[str, np.ndarray] = {n: np.zeros(np.shape(arrays[n]), np.float32) for n in omit}
     for name in names:
         if np.asarray(arrays[name]).dtype != np.float32:
             raise CodecError(f"{codec.name}: {name} is {np.asarray(arrays[name]).dtype}; compact "
                              "bundles carry float32 arrays")
         require_finite(arrays[name], codec.name)
-    sparse = [n for n in names if n not in statistics]
+    sparse = [n for n in names if n not in statistics and n not in omit]
     corrected = {}
     for name in sparse:
         previous = None if residuals is None else residuals.get(name)
@@ -114,7 +117,6 @@ def encode_compact(
                                                                              np.float32)
     modes = {name: SPARSE for name in sparse}
     parts = []
-    sent: dict[str, np.ndarray] = {}
     steps: dict[str, FeedbackStep] = {}
     if sparse:
         flats = [corrected[n].reshape(-1) for n in sparse]
@@ -124,7 +126,7 @@ def encode_compact(
         for name, flat in zip(sparse, decoded, strict=True):
             sent[name] = flat.reshape(np.shape(arrays[name]))
             steps[name] = FeedbackStep(None, sent[name], corrected[name] - sent[name])
-    stats = [n for n in names if n in statistics]
+    stats = [n for n in names if n in statistics and n not in omit]
     if stats:
         parts.append(_encode_statistics(arrays, stats, codec.statistics_bits, rng, reference,
                                         modes, sent))

@@ -9,7 +9,7 @@ compact bundle instead (``b"MGC"``, see ``compact``), which the decoder recognis
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +45,7 @@ def encode_update(
     rng: np.random.Generator | None = None,
     codec_of: Mapping[str, Codec] | None = None,
     reference: Mapping[str, np.ndarray] | None = None,
+    omit: Collection[str] = (),
 ) -> EncodedUpdate:
     """Encodes every array with ``codec``, or with ``codec_of[name]`` where given; arrays whose
     codec wants error feedback have their ``residuals`` (from the previous call, or None at
@@ -52,14 +53,26 @@ def encode_update(
 
     A whole-update codec (``stc``) encodes everything in one compact bundle: the arrays named in
     ``codec_of`` (which must name that same codec) are the running statistics, coded against
-    their global values in ``reference`` (what the sender received)."""
+    their global values in ``reference`` (what the sender received).
+
+    Arrays named in ``omit`` do not travel this time (the receiver keeps its values, as for an
+    all-zero change) and keep the residual they had."""
+    omit = frozenset(omit)
+    unknown = sorted(omit - set(arrays))
+    if unknown:
+        raise CodecError(f"cannot leave out arrays the update does not hold: {unknown[:3]}")
     if codec.whole_update:
-        return _encode_whole(arrays, codec, residuals, rng, codec_of or {}, reference)
+        return _encode_whole(arrays, codec, residuals, rng, codec_of or {}, reference, omit)
     records: list[bytes] = []
     sent: dict[str, np.ndarray] = {}
     kept: dict[str, np.ndarray] = {}
     for name, array in arrays.items():
         array = np.asarray(array)
+        if name in omit:
+            sent[name] = np.zeros_like(array)
+            if residuals is not None and name in residuals:
+                kept[name] = residuals[name]
+            continue
         chosen = codec_of.get(name, codec) if codec_of else codec
         if chosen.error_feedback:
             previous = None if residuals is None else residuals.get(name)
@@ -78,13 +91,16 @@ def encode_update(
     return EncodedUpdate(blob, sent, kept, len(records))
 
 
-def _encode_whole(arrays, codec, residuals, rng, codec_of, reference) -> EncodedUpdate:
+def _encode_whole(arrays, codec, residuals, rng, codec_of, reference, omit) -> EncodedUpdate:
     others = sorted({c.spec for c in codec_of.values()} - {codec.spec})
     if others:
         raise CodecError(f"{codec.spec} encodes the whole update, statistics included; it cannot "
                          f"leave some arrays to {', '.join(others)}")
-    blob, sent, steps = encode_compact(arrays, codec, residuals, rng, set(codec_of), reference)
+    blob, sent, steps = encode_compact(arrays, codec, residuals, rng, set(codec_of), reference,
+                                       omit)
     residual = {name: step.residual for name, step in steps.items()}
+    residual.update({name: residuals[name] for name in omit
+                     if residuals is not None and name in residuals})
     return EncodedUpdate(blob, sent, residual, sum(1 for a in sent.values() if np.any(a)))
 
 

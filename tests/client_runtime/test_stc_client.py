@@ -75,3 +75,31 @@ def test_top_k_statistics_are_measured_on_the_model_the_server_will_hold(monkeyp
         sent = changes.get(name, np.zeros_like(initial[name]))
         np.testing.assert_array_equal(seen[name], np.asarray(initial[name], np.float32) + sent)
     assert set(layout.buffers) <= set(changes)
+
+
+def test_statistics_stay_home_in_the_rounds_that_do_not_send_them(monkeypatch):
+    """With statistics-every=2 the client neither measures nor sends its statistics in round 1;
+    in round 2 it does, and the residual of the weights carries on across both."""
+    config, _, layout, initial = setup({**WITH_BUFFERS, "codec": "stc:0.05",
+                                        "statistics-every": 2, "num-rounds": 4})
+    measured = []
+    measure = federated.measure_statistics
+
+    def counting(*args, **kwargs):
+        measured.append(1)
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(federated, "measure_statistics", counting)
+    context = node_context()
+    sizes = []
+    for server_round, sends in ((1, False), (2, True)):
+        reply = federated.train_round(
+            train_message(config, layout, initial, server_round=server_round).content, context)
+        changes = decode_update(bundle_of(reply), layout.travelling_shapes(),
+                                reference={n: np.asarray(initial[n], np.float32)
+                                           for n in layout.travelling})
+        assert bool(set(layout.buffers) & set(changes)) == sends
+        assert len(measured) == int(sends)
+        assert set(context.state[federated.RESIDUAL_KEY]) == set(layout.trainable)
+        sizes.append(reply["metrics"]["uplink-bytes"])
+    assert sizes[0] < sizes[1]

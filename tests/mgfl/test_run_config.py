@@ -45,6 +45,7 @@ def test_integers_are_accepted_for_floats_and_server_keys_ignored():
         ({"downlink-codec": "topk:0.1"}, "downlink-codec"),
         ({"fraction-train": 0.0}, "fraction-train"),
         ({"num-rounds": 0}, "num-rounds"),
+        ({"statistics-every": 0}, "statistics-every"),
     ],
 )
 def test_mistakes_are_refused(values, match):
@@ -61,3 +62,11 @@ def test_mistakes_are_refused(values, match):
 def test_batchnorm_statistics_are_never_sparse_unless_asked(codec, buffer_codec, expected):
     config = RunConfig(codec=codec, buffer_codec=buffer_codec)
     assert config.uplink_buffer_codec() == expected
+
+
+def test_statistics_travel_every_k_rounds_and_in_the_last():
+    every_round = RunConfig(num_rounds=7)
+    assert all(every_round.sends_statistics(r) for r in range(1, 8))
+    config = RunConfig(num_rounds=7, statistics_every=3)
+    assert [r for r in range(1, 8) if config.sends_statistics(r)] == [3, 6, 7]
+    assert config.sends_statistics(0)  # a message without a round number

@@ -209,3 +209,23 @@ def test_federated_evaluation_gets_the_encoded_model(flower_identity, grid, rng)
                        reply_to=m) for m, n, a in zip(messages, [1, 3], [0.2, 0.6], strict=True)]
     metrics = strategy.aggregate_evaluate(2, replies)
     assert metrics["accuracy"] == pytest.approx(0.5)
+
+
+def test_statistics_left_out_by_every_client_keep_the_global_ones(flower_identity, grid, rng):
+    layout = layout_for()
+    global_state = grid_state(rng)
+    strategy = CompressedUpdateStrategy(FedAvg(), layout, get_codec("none"))
+    messages = list(strategy.configure_train(1, record_of(global_state), ConfigRecord(), grid))
+    received = received_state(messages[0], layout)
+    replies = []
+    for message in messages:
+        trained = grid_state(rng)
+        changes = {n: trained[n] - received[n] for n in layout.travelling}
+        blob = encode_update(changes, get_codec("none"), omit=layout.buffers).blob
+        replies.append(Message(RecordDict({"arrays": bundle_record(blob), "metrics":
+                                           MetricRecord({"num-examples": 3, "loss": 1.0})}),
+                               reply_to=message))
+    merged = state_of(strategy.aggregate_train(1, replies)[0])
+    for name in layout.buffers:
+        np.testing.assert_array_equal(merged[name], global_state[name])
+    assert any(not np.array_equal(merged[n], global_state[n]) for n in layout.trainable)

@@ -141,3 +141,17 @@ def test_arrays_can_have_codecs_of_their_own(rng):
         step = np.abs(arrays[name]).max() / 127
         assert np.all(np.abs(decoded[name] - arrays[name]) <= step / 2 * (1 + 1e-5))
     assert set(encoded.residuals) == set(arrays) - dense  # only top-k arrays keep a residual
+
+
+def test_left_out_arrays_take_no_record_and_keep_their_residual(rng):
+    arrays = {"w": rng.normal(size=(4, 5)).astype(np.float32),
+              "stat": rng.normal(size=7).astype(np.float32)}
+    residuals = {"stat": np.full(7, 0.5, np.float32)}
+    encoded = encode_update(arrays, TopK(0.5), residuals, rng, omit=("stat",))
+    assert encoded.records == 1
+    decoded = decode_update(encoded.blob, {"w": (4, 5), "stat": (7,)})
+    assert set(decoded) == {"w"}
+    np.testing.assert_array_equal(encoded.sent["stat"], np.zeros(7))
+    np.testing.assert_array_equal(encoded.residuals["stat"], residuals["stat"])
+    dense = encode_update(arrays, get_codec("none"), omit=("stat",))
+    assert dense.nbytes < encode_update(arrays, get_codec("none")).nbytes - 4 * 7

@@ -279,3 +279,32 @@ def test_bfloat16_rounding():
     np.testing.assert_allclose(nearest, values, rtol=2.0**-8)
     up = from_bfloat16(to_bfloat16(values, round_up=True))
     assert np.all(up >= values) and np.all(up <= values * (1 + 2.0**-7))
+
+
+def test_left_out_statistics_take_no_bytes_and_keep_the_global_values(rng):
+    arrays = update(rng)
+    reference = global_statistics(rng)
+    codec = get_codec("stc:0.05")
+    residuals = {n: (rng.normal(size=SHAPES[n]) * 0.01).astype(np.float32) for n in TRAINED}
+    full = encode(arrays, residuals=residuals, rng=np.random.default_rng(3), reference=reference)
+    residuals["bn.running_mean"] = np.ones(16, np.float32)  # kept as it is when left out
+    lean = encode_update(arrays, codec, residuals, np.random.default_rng(3),
+                         codec_of={n: codec for n in STATISTICS}, reference=reference,
+                         omit=STATISTICS)
+    statistic_bytes = 1 + 4 + 2 * len(STATISTICS) + 32 * 2 // 8  # bits, seed, scales, codes
+    assert lean.nbytes == full.nbytes - statistic_bytes
+    decoded = decode_update(lean.blob, SHAPES, reference=reference)
+    assert not set(STATISTICS) & set(decoded)
+    for name in STATISTICS:
+        np.testing.assert_array_equal(lean.sent[name], np.zeros(SHAPES[name], np.float32))
+    np.testing.assert_array_equal(lean.residuals["bn.running_mean"], np.ones(16))
+    for name in TRAINED:
+        np.testing.assert_array_equal(decoded.get(name, np.zeros(SHAPES[name], np.float32)),
+                                      lean.sent[name])
+        np.testing.assert_allclose(lean.residuals[name],
+                                   arrays[name] + residuals[name] - lean.sent[name], atol=1e-7)
+
+
+def test_only_arrays_of_the_update_can_be_left_out(rng):
+    with pytest.raises(CodecError, match="does not hold"):
+        encode_update(update(rng), get_codec("stc:0.05"), omit=("bn.missing",))
