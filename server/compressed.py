@@ -58,6 +58,7 @@ class RoundTraffic:
     aggregated: bool = True  # False: the round kept the previous global model
     note: str = ""  # why it did, if it did
     stragglers: list[int] = field(default_factory=list)  # nodes that finished too late
+    statistics_replies: int = 0  # accepted replies carrying BatchNorm statistics
 
 
 def state_of(record: ArrayRecord) -> dict[str, np.ndarray]:
@@ -124,7 +125,8 @@ class CompressedUpdateStrategy(Strategy):
             try:
                 blob = bundle_of(reply.content, self.inner.arrayrecord_key)
                 traffic.uplink_bytes += len(blob)
-                weights, buffers, examples = self._decode_reply(reply.content, blob)
+                weights, buffers, examples, statistics = self._decode_reply(reply.content,
+                                                                            blob)
             except (CodecError, ValueError, KeyError) as err:
                 traffic.rejected += 1
                 node = int(reply.metadata.src_node_id)
@@ -137,6 +139,7 @@ class CompressedUpdateStrategy(Strategy):
             })
             passed.append(reply)
             buffer_sets.append((examples, buffers))
+            traffic.statistics_replies += statistics
         if len(buffer_sets) < self.min_replies:
             return self._keep_global(server_round, traffic, f"{len(buffer_sets)} usable replies, "
                                      f"fewer than min-replies {self.min_replies}")
@@ -213,7 +216,9 @@ class CompressedUpdateStrategy(Strategy):
         return None, None
 
     def _decode_reply(self, content: RecordDict, blob: bytes
-                      ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
+                      ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float, bool]:
+        """The reply's weights and statistics (the global ones where it sends no change), its
+        sample count, and whether it sent statistics (not in every round: statistics-every)."""
         changes = validate_update(blob, self.layout, self._global, self.limits)
         metrics = self._single_metrics(content)
         key = self.inner.weighted_by_key
@@ -230,7 +235,7 @@ class CompressedUpdateStrategy(Strategy):
         overflowing = non_finite_arrays({**weights, **buffers}, self._global)
         if overflowing:
             raise ReplyRejected(f"global + change of {overflowing[:3]} overflows float32")
-        return weights, buffers, examples
+        return weights, buffers, examples, any(n in changes for n in self.layout.buffers)
 
     def _single_metrics(self, content: RecordDict) -> MetricRecord:
         records = list(content.metric_records.values())

@@ -31,6 +31,7 @@ class RoundRecord:
     faults: dict[str, int] = field(default_factory=dict)  # injected in simulation, by kind
     aggregated: bool = True  # False: too few usable replies; the global model was kept
     note: str = ""
+    statistics_replies: int = 0  # replies that carried BatchNorm statistics (statistics-every)
     # simulated fleet (devices set; None otherwise): clients that finished too late, this round's
     # simulated length, the run's simulated time so far, and each client's predicted seconds
     stragglers: int = 0

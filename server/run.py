@@ -75,6 +75,7 @@ class RoundReporter:
             faults=dict(self.faults.get(server_round, {})),
             aggregated=traffic.aggregated,
             note=traffic.note,
+            statistics_replies=traffic.statistics_replies,
             stragglers=len(traffic.stragglers),
             straggler_nodes=list(traffic.stragglers),
             round_s=timing.get("round_s", 0.0) if fleet is not None else None,

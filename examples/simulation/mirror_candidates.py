@@ -38,6 +38,13 @@ from mgfl.codecs.topk import entries_to_send
 HEADER_BYTES = 16
 
 
+def corrected_flats(mirror, changes, memory) -> list[np.ndarray]:
+    """Each trained array's change plus the client's residual (none yet: zero), flattened."""
+    residual = memory.get("residual") or {}
+    return [(changes[n] + residual[n] if n in residual else changes[n]).reshape(-1)
+            for n in mirror.trained]
+
+
 def sign_times_mean(values: np.ndarray) -> np.ndarray:
     return (np.sign(values) * np.mean(np.abs(values))).astype(np.float32) if values.size \
         else values
@@ -205,8 +212,7 @@ class ServerMask(ExactStatistics):
         if self.mask_round != m.round:
             self.mask_round = m.round
             self._next_mask()
-        residual = memory.get("residual") or {n: np.zeros_like(changes[n]) for n in m.trained}
-        corrected = np.concatenate([(changes[n] + residual[n]).reshape(-1) for n in m.trained])
+        corrected = np.concatenate(corrected_flats(m, changes, memory))
         rng = np.random.default_rng(seed)
         sent = np.zeros_like(corrected)
         bits = 0
@@ -243,8 +249,7 @@ class NormalizedTernary(ExactStatistics):
 
     def __call__(self, client, changes, received, memory, seed):
         m = self.mirror
-        residual = memory.get("residual") or {n: np.zeros_like(changes[n]) for n in m.trained}
-        corrected = [(changes[n] + residual[n]).reshape(-1) for n in m.trained]
+        corrected = corrected_flats(m, changes, memory)
         scales = [float(np.sqrt(np.mean(c.astype(np.float64) ** 2))) or 1.0 for c in corrected]
         k = entries_to_send(sum(c.size for c in corrected), self.fraction,
                             np.random.default_rng(seed))
@@ -269,8 +274,7 @@ class ExactTopK(ExactStatistics):
 
     def __call__(self, client, changes, received, memory, seed):
         m = self.mirror
-        residual = memory.get("residual") or {n: np.zeros_like(changes[n]) for n in m.trained}
-        corrected = [(changes[n] + residual[n]).reshape(-1) for n in m.trained]
+        corrected = corrected_flats(m, changes, memory)
         k = entries_to_send(sum(c.size for c in corrected), self.fraction,
                             np.random.default_rng(seed))
         payload, decoded = encode_section(corrected, k)
@@ -345,8 +349,7 @@ class ContextCoded(ExactStatistics):
                 self.last_change = self.aggregate
             self.aggregate = np.zeros(self.bounds[-1])
             self.change_round = m.round
-        residual = memory.get("residual") or {n: np.zeros_like(changes[n]) for n in m.trained}
-        corrected = [(changes[n] + residual[n]).reshape(-1) for n in m.trained]
+        corrected = corrected_flats(m, changes, memory)
         k = entries_to_send(sum(c.size for c in corrected), self.fraction,
                             np.random.default_rng(seed))
         payload, decoded = encode_section(corrected, k)
@@ -402,8 +405,7 @@ class BlockTernary(ExactStatistics):
 
     def __call__(self, client, changes, received, memory, seed):
         m, b = self.mirror, self.block
-        residual = memory.get("residual") or {n: np.zeros_like(changes[n]) for n in m.trained}
-        corrected = [(changes[n] + residual[n]).reshape(-1) for n in m.trained]
+        corrected = corrected_flats(m, changes, memory)
         energies, padded = [], []
         for c in corrected:
             full = np.zeros(-(-c.size // b) * b, np.float32)

@@ -62,6 +62,12 @@ def plot_history(history: dict, path: Path) -> Path:
     left, right = axes[0], axes[1]
     left.plot([r["round"] for r in rounds], [100 * (r["accuracy"] or 0) for r in rounds],
               marker="o")
+    if int(history.get("run", {}).get("config", {}).get("statistics-every", 1)) > 1:
+        # between these rounds the server evaluates with older BatchNorm statistics
+        fresh = [r for r in trained if r.get("statistics_replies")]
+        left.plot([r["round"] for r in fresh], [100 * (r["accuracy"] or 0) for r in fresh],
+                  "D", color="C3", label="statistics sent")
+        left.legend()
     left.set(xlabel="round", ylabel="server test accuracy (%)", title="accuracy")
     left.grid(alpha=0.3)
     right.plot([r["round"] for r in trained], [r["uplink_bytes"] for r in trained],

@@ -106,6 +106,7 @@ def test_buffers_are_averaged_by_samples_whatever_the_strategy(flower_identity, 
     for inner in (FedMedian(), Krum()):
         strategy = CompressedUpdateStrategy(inner, layout, get_codec("none"))
         merged, _, _ = one_round(strategy, grid, global_state, trained, examples, "none")
+        assert strategy.traffic[1].statistics_replies == len(trained)
         for name in layout.buffers:
             pairs = zip(examples, trained, strict=True)
             expected = sum(c * t[name].astype(np.float64) for c, t in pairs)
@@ -226,6 +227,7 @@ def test_statistics_left_out_by_every_client_keep_the_global_ones(flower_identit
                                            MetricRecord({"num-examples": 3, "loss": 1.0})}),
                                reply_to=message))
     merged = state_of(strategy.aggregate_train(1, replies)[0])
+    assert strategy.traffic[1].statistics_replies == 0
     for name in layout.buffers:
         np.testing.assert_array_equal(merged[name], global_state[name])
     assert any(not np.array_equal(merged[n], global_state[n]) for n in layout.trainable)

@@ -66,3 +66,17 @@ def test_sweep_runs_configs_side_by_side_and_summarises(tmp_path):
     assert all(r["returncode"] == 0 and r["rounds"] == 1 for r in rows)
     ratio = rows[0]["uplink_per_client_round"] / rows[1]["uplink_per_client_round"]
     assert 1.9 < ratio < 2.1  # fp16 halves the float32 update
+
+
+def test_statistics_travel_every_k_rounds_and_in_the_last(tmp_path):
+    """statistics-every=2 over three rounds of stc: replies carry the BatchNorm statistics in
+    rounds 2 and 3 (the last) only, the server counts them, and round 1 costs fewer bytes."""
+    history, _ = in_process.run_in_process({"num-rounds": 3, "local-steps": 2,
+                                            "codec": "stc:0.05", "statistics-every": 2,
+                                            "output-dir": str(tmp_path / "run")})
+    trained = [r for r in history["rounds"] if r["round"] > 0]
+    assert [r["statistics_replies"] for r in trained] == [0, 6, 6]
+    assert trained[0]["uplink_bytes"] < min(r["uplink_bytes"] for r in trained[1:])
+    from mgfl.cli.simulate import plot_history
+
+    assert plot_history(history, tmp_path / "rounds.png").stat().st_size > 0
