@@ -37,6 +37,26 @@ def _global_size(n: int) -> tuple[int]:
     return (round_up(-(-n // VECTOR), GROUP),)
 
 
+def _check_sgd(momentum: float, nesterov: bool) -> None:
+    if momentum < 0:
+        raise ValueError(f"SGD momentum must be >= 0, got {momentum}")
+    if momentum == 0 and nesterov:
+        raise ValueError("Nesterov SGD needs a momentum > 0")
+
+
+def _adam_constants(beta1: float, beta2: float, eps: float, weight_decay: float
+                    ) -> tuple[np.float32, ...]:
+    """Adam's scalar kernel arguments after the learning rate and the tensors: each beta with
+    its complement and log (the kernel forms 1 - beta^t as -expm1(t log beta)), eps, weight
+    decay."""
+    for name, beta in (("beta1", beta1), ("beta2", beta2)):
+        if not 0.0 < beta < 1.0:
+            raise ValueError(f"Adam {name} must lie in (0, 1), got {beta}")
+    return (np.float32(beta1), np.float32(1.0 - beta1), np.float32(math.log(beta1)),
+            np.float32(beta2), np.float32(1.0 - beta2), np.float32(math.log(beta2)),
+            np.float32(eps), np.float32(weight_decay))
+
+
 def sgd_update(
     lib: KernelLibrary,
     param: cl.Buffer,
@@ -53,11 +73,8 @@ def sgd_update(
     and ``d = g + momentum*v`` (Nesterov) or ``v``; ``param -= lr*d``. ``velocity`` may be None
     when ``momentum == 0``."""
     global_size = _global_size(n)
-    if momentum < 0:
-        raise ValueError(f"SGD momentum must be >= 0, got {momentum}")
+    _check_sgd(momentum, nesterov)
     if momentum == 0:
-        if nesterov:
-            raise ValueError("Nesterov SGD needs a momentum > 0")
         kernel = lib.kernel(PROGRAM, "sgd_plain")
         kernel.set_args(np.float32(lr), param, grad, as_int(n), np.float32(weight_decay))
         return [Launch("sgd_plain", kernel, global_size, (GROUP,), flops=4 * n,
@@ -91,16 +108,9 @@ def adam_update(
     """PyTorch Adam (L2 weight decay added to the gradient), with the bias corrections of the step
     number t >= 1 read from ``step``. ``m`` and ``v`` start zero-filled."""
     global_size = _global_size(n)
-    for name, beta in (("beta1", beta1), ("beta2", beta2)):
-        if not 0.0 < beta < 1.0:
-            raise ValueError(f"Adam {name} must lie in (0, 1), got {beta}")
+    constants = _adam_constants(beta1, beta2, eps, weight_decay)
     kernel = lib.kernel(PROGRAM, "adam_update")
-    kernel.set_args(
-        np.float32(lr), param, grad, m, v, step, as_int(n),
-        np.float32(beta1), np.float32(1.0 - beta1), np.float32(math.log(beta1)),
-        np.float32(beta2), np.float32(1.0 - beta2), np.float32(math.log(beta2)),
-        np.float32(eps), np.float32(weight_decay),
-    )
+    kernel.set_args(np.float32(lr), param, grad, m, v, step, as_int(n), *constants)
     return [Launch("adam_update", kernel, global_size, (GROUP,), flops=16 * n, bytes_moved=28 * n,
                    keep_alive=[param, grad, m, v, step])]
 
@@ -180,12 +190,9 @@ def sgd_update_multi(
     when ``momentum > 0``) in one launch. ``update_table(tensors)`` must already lie in ``arena``
     at element ``table_offset``. ``zero_grads`` zeroes each gradient after it is read."""
     _check_table(tensors, table_offset)
-    if momentum < 0:
-        raise ValueError(f"SGD momentum must be >= 0, got {momentum}")
+    _check_sgd(momentum, nesterov)
     count = as_int(len(tensors))
     if momentum == 0:
-        if nesterov:
-            raise ValueError("Nesterov SGD needs a momentum > 0")
         kernel = lib.kernel(PROGRAM, "sgd_plain_multi")
         kernel.set_args(np.float32(lr), arena, as_int(table_offset), count,
                         np.float32(weight_decay), as_int(int(zero_grads)))
@@ -218,18 +225,12 @@ def adam_update_multi(
     """:func:`adam_update` of every tensor in ``tensors`` (states m and v each) in one launch;
     the step number is the int at element ``step_offset`` of ``arena``."""
     _check_table(tensors, table_offset)
-    for name, beta in (("beta1", beta1), ("beta2", beta2)):
-        if not 0.0 < beta < 1.0:
-            raise ValueError(f"Adam {name} must lie in (0, 1), got {beta}")
+    constants = _adam_constants(beta1, beta2, eps, weight_decay)
     if any(len(t.states) != 2 for t in tensors):
         raise ValueError("Adam needs two states (m, v) per tensor")
     kernel = lib.kernel(PROGRAM, "adam_update_multi")
-    kernel.set_args(
-        np.float32(lr), arena, as_int(table_offset), as_int(len(tensors)), as_int(step_offset),
-        np.float32(beta1), np.float32(1.0 - beta1), np.float32(math.log(beta1)),
-        np.float32(beta2), np.float32(1.0 - beta2), np.float32(math.log(beta2)),
-        np.float32(eps), np.float32(weight_decay), as_int(int(zero_grads)),
-    )
+    kernel.set_args(np.float32(lr), arena, as_int(table_offset), as_int(len(tensors)),
+                    as_int(step_offset), *constants, as_int(int(zero_grads)))
     return _multi_launch("adam_update_multi", kernel, arena, tensors, 16, 28, zero_grads)
 
 
