@@ -19,9 +19,10 @@ rounds up to K travel as mgfl's codec sends them). ``statistics-every=K`` is the
 key: the statistics travel every K rounds and in the last. Tried and dropped (docs/federated.md):
 ``lookahead=1`` (a client trains on from the global model plus its unsent residual),
 ``residual-decay=D`` (the residual shrinks by D each round), ``server-lr=S`` (the server steps S
-times the aggregated change of the trained arrays). Prints one JSON line: accuracy per round,
-mean uplink bytes per client and round, the ratio to float32, and a candidate's ``report``
-where it has one. ``plot_mirror.py`` compares runs seed by seed.
+times the aggregated change of the trained arrays), ``project-every=N project-fraction=F`` (every N
+local steps and at the end, the local change keeps only its largest F of entries). Prints one JSON
+line: accuracy per round, mean uplink bytes per client and round, the ratio to float32, and a
+candidate's ``report`` where it has one. ``plot_mirror.py`` compares runs seed by seed.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class Mirror:
         self.server_lr = float(options.get("server-lr", 1.0))
         self.lookahead = options.get("lookahead", "0") == "1"
         self.residual_decay = float(options.get("residual-decay", 1.0))
+        self.project_every = int(options.get("project-every", 0))
+        self.project_fraction = float(options.get("project-fraction", 0.023))
         config = RunConfig.from_mapping({"num-rounds": self.rounds, "statistics-every":
                                          int(options.get("statistics-every", 1))})
         self.config = config
@@ -114,6 +117,7 @@ class Mirror:
         rng = np.random.default_rng(seed)
         count = len(data.y_train)
         order, position = rng.permutation(count), 0
+        steps = 0
         for _ in range(count // self.batch * self.epochs):
             if position + self.batch > count:
                 order, position = rng.permutation(count), 0
@@ -126,7 +130,24 @@ class Mirror:
                 with torch.no_grad():
                     for weight, anchor in zip(weights, anchors, strict=True):
                         weight -= self.lr * self.proximal_mu * (weight - anchor)
+            steps += 1
+            if self.project_every and steps % self.project_every == 0:
+                self.project(weights, anchors)
+        if self.project_every:
+            self.project(weights, anchors)
         return self.read(self.trained + self.buffers)
+
+    def project(self, weights, anchors) -> None:
+        """Keeps only the ``project-fraction`` largest entries of the local change (over all
+        trained arrays), so that training adapts to the sparse update it will send."""
+        with torch.no_grad():
+            change = torch.cat([(w - a).reshape(-1) for w, a in zip(weights, anchors,
+                                                                    strict=True)])
+            k = max(1, int(self.project_fraction * change.numel()))
+            threshold = torch.topk(change.abs(), k).values[-1]
+            for weight, anchor in zip(weights, anchors, strict=True):
+                delta = weight - anchor
+                weight.copy_(anchor + torch.where(delta.abs() >= threshold, delta, 0.0))
 
     def statistics(self, state, client: int, seed: int) -> dict[str, np.ndarray]:
         """Running statistics of ``state``'s weights over one pass of the client's samples,
