@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mgfl.codecs.compact import statistic_scale
 from mgfl.codecs.ternary import encode_section
 from mgfl.codecs.topk import entries_to_send
 
@@ -154,11 +155,11 @@ class LowRank(ExactStatistics):
 
 
 def dithered(values: np.ndarray, bits: int, rng: np.random.Generator) -> np.ndarray:
-    """``bits``-bit codes with subtractive dither over 2.5 root mean squares (as the compact
-    bundle codes statistics); one bit is the sign times the mean magnitude."""
+    """``bits``-bit codes with subtractive dither over the compact bundle's clipped statistics
+    scale (``statistic_scale``); one bit is the sign times the mean magnitude."""
     if bits == 1 or not values.size:
         return sign_times_mean(values)
-    scale = min(float(np.max(np.abs(values))), 2.5 * float(np.sqrt(np.mean(values ** 2))))
+    scale = statistic_scale(values.astype(np.float64))
     if scale == 0:
         return np.zeros_like(values)
     levels = (1 << bits) - 1

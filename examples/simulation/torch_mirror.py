@@ -236,7 +236,7 @@ def run(mirror: Mirror, uplink, label: str) -> dict:
                 start = {**state, **{n: state[n] + residual[n] for n in mirror.trained}}
             trained = mirror.train(start, client, seed)
             changes = {n: trained[n] - state[n] for n in mirror.trained + mirror.buffers}
-            sent, nbytes = uplink(client, changes, state, memories[client], seed)
+            sent, nbytes = uplink(client, changes, state, memory, seed)
             sizes.append(nbytes)
             for name in state:
                 total[name] += mirror.client_weights[client] * sent[name]

@@ -61,17 +61,18 @@ def encode_update(
     unknown = sorted(omit - set(arrays))
     if unknown:
         raise CodecError(f"cannot leave out arrays the update does not hold: {unknown[:3]}")
+    carried = {name: residuals[name] for name in omit if residuals and name in residuals}
     if codec.whole_update:
-        return _encode_whole(arrays, codec, residuals, rng, codec_of or {}, reference, omit)
+        encoded = _encode_whole(arrays, codec, residuals, rng, codec_of or {}, reference, omit)
+        encoded.residuals.update(carried)
+        return encoded
     records: list[bytes] = []
     sent: dict[str, np.ndarray] = {}
-    kept: dict[str, np.ndarray] = {}
+    kept: dict[str, np.ndarray] = dict(carried)
     for name, array in arrays.items():
         array = np.asarray(array)
         if name in omit:
             sent[name] = np.zeros_like(array)
-            if residuals is not None and name in residuals:
-                kept[name] = residuals[name]
             continue
         chosen = codec_of.get(name, codec) if codec_of else codec
         if chosen.error_feedback:
@@ -99,8 +100,6 @@ def _encode_whole(arrays, codec, residuals, rng, codec_of, reference, omit) -> E
     blob, sent, steps = encode_compact(arrays, codec, residuals, rng, set(codec_of), reference,
                                        omit)
     residual = {name: step.residual for name, step in steps.items()}
-    residual.update({name: residuals[name] for name in omit
-                     if residuals is not None and name in residuals})
     return EncodedUpdate(blob, sent, residual, sum(1 for a in sent.values() if np.any(a)))
 
 
